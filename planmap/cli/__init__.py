@@ -1,0 +1,103 @@
+"""The ``planmap`` command line: thin Typer commands over library functions.
+
+User errors (:class:`planmap.errors.PlanmapError`) print their message and exit 1 without a
+traceback; ``--debug`` re-raises them. Each command group lives in its own module with a
+``register(app)`` function, so the CLI stays one concept per module and imports heavy
+dependencies (jax, pyomo) only when a command that needs them runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from planmap import __version__
+from planmap.errors import PlanmapError
+
+__all__ = ["app", "main", "state"]
+
+# Command modules, registered in this order (help lists commands in registration order).
+_COMMAND_MODULES = (
+    "planmap.cli.spec_cmds",
+    "planmap.cli.frontend_cmds",
+    "planmap.cli.plan_cmds",
+    "planmap.cli.run_cmds",
+)
+
+
+class _State:
+    debug: bool = False
+
+
+state = _State()
+
+app = typer.Typer(
+    name="planmap",
+    help="Plan how a model is spread over devices, as a reviewed, versioned file.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"planmap {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for user errors too."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    state.debug = debug or bool(os.environ.get("PLANMAP_DEBUG"))
+
+
+for _name in _COMMAND_MODULES:
+    try:
+        _mod = importlib.import_module(_name)
+    except ModuleNotFoundError as _e:  # a command group not built yet
+        if _e.name != _name:
+            raise
+        continue
+    _mod.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point; returns the exit status."""
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except PlanmapError as e:
+        if state.debug:
+            raise
+        from rich.console import Console
+        from rich.markup import escape
+
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(e))}")
+        return 1
+    except typer.Exit as e:
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # click usage errors arrive as click exceptions
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            return e.exit_code
+        if isinstance(e, click.exceptions.Abort):
+            print("aborted", file=sys.stderr)
+            return 1
+        raise
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""StableHLO and profiled-graph front ends: artifact -> OpGraph."""

@@ -1,0 +1,305 @@
+"""``OpGraph``: the operator graph every solver plans on — immutable, numpy-backed, topologically ordered.
+
+Why this shape:
+
+* **Nodes in topological order** (every edge goes from a lower to a higher id). Solvers then need no
+  sorting, DP over ideals and list scheduling are single sweeps, and a plan's "op ranges" are
+  plain integer intervals. For a StableHLO artifact, node ``i`` is the ``i``-th operation in the
+  entry function's body (``func.return`` excluded), so the runtime can find it again.
+* **Values, not just edges.** A tensor produced once and consumed on another device is transferred
+  once per consuming device, however many consumers it has there (Tarnawski et al.). So the graph
+  records SSA values (op results *and* entry arguments) with their bytes, and each use as an edge
+  ``(value, consumer)``. Parameters are argument values: their memory is charged once on every
+  device that uses them.
+* **Columns as numpy arrays** (read-only) so cost models and solvers vectorise; per-node strings and
+  shapes are tuples.
+* **Coarsened graphs are OpGraphs too**, with ``members`` mapping each coarse node back to the
+  original op ids, so solutions map back to every op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TensorType", "DimRoles", "Arg", "OpGraph", "GraphError"]
+
+
+class GraphError(ValueError):
+    """An OpGraph was constructed from inconsistent arrays (a bug in a front end, not user input)."""
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Shape and element type of one tensor (dtype in MLIR spelling: f32, bf16, i32, i1, ...)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        return f"tensor<{'x'.join(map(str, self.shape))}{'x' if self.shape else ''}{self.dtype}>"
+
+
+@dataclass(frozen=True)
+class DimRoles:
+    """Dimension roles of a contraction (dot_general / dot / convolution), for sharding strategies.
+
+    Dims are indices into the operand / result shapes. For a convolution, ``lhs_batch`` holds the
+    input batch dim, ``lhs_contracting``/``rhs_contracting`` the input/kernel feature dims,
+    ``rhs_free`` the kernel output-feature dim, spatial dims are in ``lhs_spatial``/``rhs_spatial``.
+    ``out_*`` give where each role lands in the result.
+    """
+
+    op: str  # "dot_general" | "dot" | "convolution"
+    lhs_batch: tuple[int, ...] = ()
+    rhs_batch: tuple[int, ...] = ()
+    lhs_contracting: tuple[int, ...] = ()
+    rhs_contracting: tuple[int, ...] = ()
+    lhs_free: tuple[int, ...] = ()
+    rhs_free: tuple[int, ...] = ()
+    out_batch: tuple[int, ...] = ()
+    out_lhs_free: tuple[int, ...] = ()
+    out_rhs_free: tuple[int, ...] = ()
+    lhs_spatial: tuple[int, ...] = ()
+    rhs_spatial: tuple[int, ...] = ()
+    out_spatial: tuple[int, ...] = ()
+    feature_group_count: int = 1
+    batch_group_count: int = 1
+
+
+@dataclass(frozen=True)
+class Arg:
+    """An entry-function argument. ``role`` is "data" (split over the batch) or "param" (model state)."""
+
+    index: int
+    name: str
+    type: TensorType
+    role: str
+    value: int  # id of the value this argument defines
+
+
+def _ro(a: Any, dtype) -> np.ndarray:
+    arr = np.ascontiguousarray(np.asarray(a, dtype=dtype))
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class OpGraph:
+    """An immutable operator graph. Build it with keyword arguments; arrays are copied read-only.
+
+    Node columns (length ``n``): ``kind`` (op kind, e.g. "stablehlo.dot_general"), ``name``
+    (location name stack, e.g. "jit(step)/layer3/attn/dot_general"), ``flops``, ``bytes_accessed``
+    (bytes read + written, for the roofline), ``out_bytes`` (sum of result bytes), ``state_bytes``
+    (memory resident wherever the node is placed, e.g. a profiled node's weights or large
+    constants), ``dtype`` (element type that selects the peak FLOP/s), ``outputs`` (result types),
+    ``dims`` (DimRoles or None), ``colocation`` (class id, -1 = none: nodes of one class must share
+    a device), ``backward`` (True for backward-pass nodes), ``layer`` (repeated-layer id, -1 = none),
+    ``measured`` ({device type or kind: seconds per node, NaN = not supported there}; profiled
+    graphs only).
+
+    Value columns (length ``m``): ``value_node`` (producer node, -1 for an argument),
+    ``value_index`` (result number, or argument index), ``value_bytes``, ``value_time`` (measured
+    transfer seconds, NaN = derive from bytes).
+
+    Edge columns (length ``e``, one per use): ``edge_value``, ``edge_dst``.
+
+    ``args``: entry arguments; ``results``: value ids returned by the entry function;
+    ``members_indptr``/``members``: CSR of original op ids per node (identity when not coarsened);
+    ``n_original``: number of ops of the original graph; ``meta``: free-form provenance (format,
+    unknown op kinds, coarsening report, ...).
+    """
+
+    name: str
+    kind: tuple[str, ...]
+    op_name: tuple[str, ...]
+    flops: np.ndarray
+    bytes_accessed: np.ndarray
+    out_bytes: np.ndarray
+    state_bytes: np.ndarray
+    dtype: tuple[str, ...]
+    value_node: np.ndarray
+    value_index: np.ndarray
+    value_bytes: np.ndarray
+    edge_value: np.ndarray
+    edge_dst: np.ndarray
+    args: tuple[Arg, ...] = ()
+    results: np.ndarray = field(default_factory=lambda: _ro([], np.int32))
+    outputs: tuple[tuple[TensorType, ...], ...] | None = None
+    dims: tuple[DimRoles | None, ...] | None = None
+    colocation: np.ndarray | None = None
+    backward: np.ndarray | None = None
+    layer: np.ndarray | None = None
+    measured: dict[str, np.ndarray] = field(default_factory=dict)
+    value_time: np.ndarray | None = None
+    members_indptr: np.ndarray | None = None
+    members: np.ndarray | None = None
+    n_original: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.kind)
+        s = object.__setattr__
+        s(self, "kind", tuple(self.kind))
+        s(self, "op_name", tuple(self.op_name))
+        s(self, "dtype", tuple(self.dtype))
+        for col, dt in (("flops", np.float64), ("bytes_accessed", np.float64), ("out_bytes", np.int64),
+                        ("state_bytes", np.int64)):
+            s(self, col, _ro(getattr(self, col), dt))
+        for col, dt in (("value_node", np.int32), ("value_index", np.int32), ("value_bytes", np.int64),
+                        ("edge_value", np.int32), ("edge_dst", np.int32), ("results", np.int32)):
+            s(self, col, _ro(getattr(self, col), dt))
+        m = len(self.value_node)
+        s(self, "colocation", _ro(np.full(n, -1) if self.colocation is None else self.colocation, np.int32))
+        s(self, "backward", _ro(np.zeros(n, bool) if self.backward is None else self.backward, bool))
+        s(self, "layer", _ro(np.full(n, -1) if self.layer is None else self.layer, np.int32))
+        s(self, "value_time", _ro(np.full(m, np.nan) if self.value_time is None else self.value_time, np.float64))
+        s(self, "measured", {k: _ro(v, np.float64) for k, v in sorted(self.measured.items())})
+        if self.members_indptr is None:
+            s(self, "members_indptr", _ro(np.arange(n + 1), np.int64))
+            s(self, "members", _ro(np.arange(n), np.int32))
+        else:
+            s(self, "members_indptr", _ro(self.members_indptr, np.int64))
+            s(self, "members", _ro(self.members, np.int32))
+        if self.n_original is None:
+            s(self, "n_original", int(self.members.max()) + 1 if len(self.members) else 0)
+        s(self, "args", tuple(self.args))
+        if self.outputs is not None:
+            s(self, "outputs", tuple(tuple(o) for o in self.outputs))
+        if self.dims is not None:
+            s(self, "dims", tuple(self.dims))
+        self._validate()
+
+    # ------------------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        n, m = self.num_nodes, self.num_values
+        for col in ("op_name", "dtype"):
+            if len(getattr(self, col)) != n:
+                raise GraphError(f"OpGraph.{col} requires {n} entries, but got {len(getattr(self, col))}")
+        for col in ("flops", "bytes_accessed", "out_bytes", "state_bytes", "colocation", "backward", "layer"):
+            if getattr(self, col).shape != (n,):
+                raise GraphError(f"OpGraph.{col} requires shape ({n},), but got {getattr(self, col).shape}")
+        for col in ("outputs", "dims"):
+            v = getattr(self, col)
+            if v is not None and len(v) != n:
+                raise GraphError(f"OpGraph.{col} requires {n} entries, but got {len(v)}")
+        for col in ("value_index", "value_bytes", "value_time"):
+            if getattr(self, col).shape != (m,):
+                raise GraphError(f"OpGraph.{col} requires shape ({m},), but got {getattr(self, col).shape}")
+        for k, v in self.measured.items():
+            if v.shape != (n,):
+                raise GraphError(f"OpGraph.measured[{k!r}] requires shape ({n},), but got {v.shape}")
+        if self.edge_value.shape != self.edge_dst.shape:
+            raise GraphError("OpGraph.edge_value and edge_dst require equal lengths")
+        if len(self.edge_value) and (self.edge_value.min() < 0 or self.edge_value.max() >= m):
+            raise GraphError("OpGraph.edge_value requires value ids in [0, num_values)")
+        if len(self.edge_dst) and (self.edge_dst.min() < 0 or self.edge_dst.max() >= n):
+            raise GraphError("OpGraph.edge_dst requires node ids in [0, num_nodes)")
+        if m and (self.value_node.min() < -1 or self.value_node.max() >= n):
+            raise GraphError("OpGraph.value_node requires node ids in [-1, num_nodes)")
+        src = self.edge_src
+        if np.any((src >= 0) & (src >= self.edge_dst)):
+            bad = int(np.argmax((src >= 0) & (src >= self.edge_dst)))
+            raise GraphError(f"OpGraph requires topological node order, but edge {bad} goes from node "
+                             f"{int(src[bad])} to node {int(self.edge_dst[bad])}")
+        if len(self.members_indptr) != n + 1:
+            raise GraphError(f"OpGraph.members_indptr requires {n + 1} entries")
+        if np.any(self.flops < 0) or np.any(self.bytes_accessed < 0):
+            raise GraphError("OpGraph costs must be non-negative")
+
+    # ---------------------------------------------------------------------------- properties
+    @property
+    def num_nodes(self) -> int:
+        return len(self.kind)
+
+    @property
+    def num_values(self) -> int:
+        return len(self.value_node)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.edge_value)
+
+    @cached_property
+    def edge_src(self) -> np.ndarray:
+        """Producer node of each edge's value (-1 when the value is an entry argument)."""
+        return _ro(self.value_node[self.edge_value], np.int32)
+
+    @cached_property
+    def node_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Unique node-to-node edges ``(src, dst)`` (argument uses dropped), sorted."""
+        src, dst = self.edge_src, self.edge_dst
+        keep = src >= 0
+        pairs = np.unique(np.stack([src[keep], dst[keep]], axis=1), axis=0) if keep.any() else np.zeros((0, 2), int)
+        return _ro(pairs[:, 0], np.int32), _ro(pairs[:, 1], np.int32)
+
+    def _csr(self, key: np.ndarray, val: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        order = np.lexsort((val, key))
+        indptr = np.zeros(self.num_nodes + 1, np.int64)
+        np.add.at(indptr, key + 1, 1)
+        return _ro(np.cumsum(indptr), np.int64), _ro(val[order], np.int32)
+
+    @cached_property
+    def succ(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR ``(indptr, ids)`` of each node's distinct successor nodes."""
+        s, d = self.node_edges
+        return self._csr(s, d)
+
+    @cached_property
+    def pred(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR ``(indptr, ids)`` of each node's distinct predecessor nodes."""
+        s, d = self.node_edges
+        return self._csr(d, s)
+
+    def successors(self, i: int) -> np.ndarray:
+        indptr, ids = self.succ
+        return ids[indptr[i]: indptr[i + 1]]
+
+    def predecessors(self, i: int) -> np.ndarray:
+        indptr, ids = self.pred
+        return ids[indptr[i]: indptr[i + 1]]
+
+    def members_of(self, i: int) -> np.ndarray:
+        """Original op ids represented by node ``i``."""
+        return self.members[self.members_indptr[i]: self.members_indptr[i + 1]]
+
+    @cached_property
+    def original_to_node(self) -> np.ndarray:
+        """For each original op id, the node that contains it (-1 if none)."""
+        out = np.full(self.n_original, -1, np.int32)
+        counts = np.diff(self.members_indptr)
+        out[self.members] = np.repeat(np.arange(self.num_nodes, dtype=np.int32), counts)
+        return _ro(out, np.int32)
+
+    @cached_property
+    def param_values(self) -> np.ndarray:
+        """Value ids of the parameter arguments."""
+        return _ro([a.value for a in self.args if a.role == "param"], np.int32)
+
+    @property
+    def total_flops(self) -> float:
+        return float(self.flops.sum())
+
+    def summary(self) -> dict[str, Any]:
+        """A small, JSON-friendly description (counts and totals)."""
+        return {
+            "name": self.name,
+            "nodes": self.num_nodes,
+            "values": self.num_values,
+            "edges": self.num_edges,
+            "original_ops": self.n_original,
+            "flops": self.total_flops,
+            "param_bytes": int(self.value_bytes[self.param_values].sum()) if len(self.param_values) else 0,
+            "state_bytes": int(self.state_bytes.sum()),
+        }
+
+    def __repr__(self) -> str:
+        return (f"OpGraph({self.name!r}, nodes={self.num_nodes}, values={self.num_values}, "
+                f"edges={self.num_edges}, flops={self.total_flops:.3g})")

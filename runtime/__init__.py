@@ -1,0 +1,1 @@
+"""Applies plans to StableHLO artifacts with JAX sharding."""

@@ -1,0 +1,1 @@
+"""Solvers: one module per method, found through the registry (see :func:`get`)."""
