@@ -38,7 +38,7 @@ _SI = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 
 _IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 _NUMBER = r"(?P<num>[+-]?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)"
-_QTY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-z/%]*)\s*$")
+_QTY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-zµ/%]*)\s*$")
 
 
 @dataclass(frozen=True)

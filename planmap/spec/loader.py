@@ -134,7 +134,7 @@ def _translate(err: dict, root: type[BaseModel], pos: Positions, file: str, pref
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return Diagnostic(file, line, col, "unknown-field", f"unknown field {field!r}{hint}", got=field,
                           expected=("one of " + ", ".join(repr(a) for a in allowed)) if allowed else None)
-    line, col = pos.of_value(loc)
+    line, col = pos.of_subject(loc)
     where = _dotted(loc[len(prefix):])
     if typ in _TYPE_WORDS:
         code, expected = "type", _TYPE_WORDS[typ]

@@ -36,6 +36,14 @@ class Positions:
 
     values: dict[Path_, tuple[int, int]] = field(default_factory=dict)
     keys: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+    containers: set[Path_] = field(default_factory=set)
+
+    def of_subject(self, path: Path_) -> tuple[int, int]:
+        """Where to report a problem with the value at ``path``: its key when it is a mapping or list
+        (the line a reader looks for), else the scalar itself."""
+        if path in self.containers:
+            return self.of_key(path)
+        return self.of_value(path)
 
     def of_value(self, path: Path_) -> tuple[int, int]:
         """Position of the value at ``path``, else of its nearest ancestor."""
@@ -92,8 +100,10 @@ class _Builder:
             raise _Stop(self._diag(node, "alias-limit", f"the document nests deeper than {MAX_DEPTH} levels"))
         self.pos.values.setdefault(path, _pos(node))
         if isinstance(node, MappingNode):
+            self.pos.containers.add(path)
             return self._mapping(node, path, depth)
         if isinstance(node, SequenceNode):
+            self.pos.containers.add(path)
             return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
         if isinstance(node, ScalarNode):
             if node.tag not in _SCALAR_TAGS:

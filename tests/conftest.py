@@ -1,0 +1,21 @@
+"""Shared test configuration: 8 fake CPU devices for every JAX test (set before jax is imported)."""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def specs_dir() -> Path:
+    return ROOT / "specs"
