@@ -1,1 +1,99 @@
-"""Solvers: one module per method, found through the registry (see :func:`get`)."""
+"""Solvers: one module per method, found by name through this registry.
+
+The registry maps names to ``"module:Class"`` strings and imports a solver only when it is asked
+for, so ``planmap validate`` never pays for pyomo or torch. Third-party solvers register through
+the ``planmap.solvers`` entry-point group (``name = "package.module:Class"``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from types import MappingProxyType
+
+from planmap.errors import PlanmapError, SolverUnavailableError
+from planmap.problem import Problem, Solver
+
+__all__ = ["BUILTIN", "SolverInfo", "available", "get", "names", "auto_candidates"]
+
+BUILTIN = MappingProxyType({
+    "ip": "planmap.solvers.ip:IP",
+    "dp": "planmap.solvers.throughput_dp:ThroughputDP",
+    "greedy": "planmap.solvers.greedy:Greedy",
+    "even": "planmap.solvers.even:EvenSplit",
+    "single": "planmap.solvers.even:SingleDevice",
+    "metis": "planmap.solvers.metis:Metis",
+    "local-search": "planmap.solvers.local_search:LocalSearch",
+    "pipedream": "planmap.solvers.pipedream:PipeDream",
+    "dqn": "planmap.solvers.dqn:DQN",
+})
+
+# What each module needs beyond the core, for the "how to install" hint.
+_EXTRAS = {"ip": "ip", "metis": "ip", "dqn": "dqn"}
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    name: str
+    target: str
+    objectives: frozenset[str]
+    available: bool
+    reason: str = ""
+
+
+def _targets() -> dict[str, str]:
+    targets = dict(BUILTIN)
+    for ep in entry_points(group="planmap.solvers"):
+        targets.setdefault(ep.name, ep.value)
+    return targets
+
+
+def names() -> list[str]:
+    """Every registered solver name (available or not), sorted."""
+    return sorted(_targets())
+
+
+def get(name: str) -> Solver:
+    """The solver called ``name``: raises PlanmapError for an unknown name and SolverUnavailableError
+    (with the install command) when its module or a dependency is missing."""
+    targets = _targets()
+    if name not in targets:
+        raise PlanmapError(f"unknown solver {name!r}; available: {', '.join(sorted(targets))}")
+    module, _, cls = targets[name].partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (e.name == module or module.startswith(e.name + ".")):
+            raise SolverUnavailableError(f"solver {name!r} is not part of this installation ({module})") from None
+        extra = _EXTRAS.get(name)
+        hint = f"pip install 'planmap[{extra}]'" if extra else f"pip install {e.name}"
+        raise SolverUnavailableError(f"solver {name!r} needs the package {e.name!r}: {hint}") from None
+    solver = getattr(mod, cls)()
+    return solver
+
+
+def available() -> list[SolverInfo]:
+    """Every registered solver with whether it can be imported here and the objectives it handles."""
+    out = []
+    for name, target in sorted(_targets().items()):
+        try:
+            s = get(name)
+            out.append(SolverInfo(name, target, frozenset(s.objectives), True))
+        except PlanmapError as e:
+            out.append(SolverInfo(name, target, frozenset(), False, str(e)))
+    return out
+
+
+def auto_candidates(problem: Problem) -> list[str]:
+    """Solvers ``solver: auto`` tries, best first (the first that is installed and answers wins).
+
+    Exact methods first (they warm-start from heuristics themselves); then heuristics.
+    """
+    if problem.objective == "latency":
+        return ["ip", "local-search", "greedy", "even"]
+    if problem.contiguous and not problem.replication:
+        return ["dp", "ip", "local-search", "even"]
+    if problem.contiguous:
+        return ["dp", "pipedream", "local-search", "even"]
+    return ["ip", "dp", "local-search", "even"]

@@ -43,6 +43,7 @@ __all__ = [
     "DeviceKind",
     "DType",
     "PeakFlops",
+    "SubgraphOutputs",
     "DeviceType",
     "HostDevice",
     "Host",
@@ -151,6 +152,13 @@ class DType(enum.StrEnum):
     INT8 = "int8"
 
 
+class SubgraphOutputs(enum.StrEnum):
+    """Where a device keeps the outputs of one subgraph for the next subgraph it runs."""
+
+    DEVICE_MEMORY = "device-memory"
+    HOST_MEMORY = "host-memory"
+
+
 class PeakFlops(_Model):
     dtype: DType = Field(description="Element type of the operands this peak applies to.")
     rate: FlopRate = Field(description="Peak rate for that dtype, e.g. 989TFLOP/s.")
@@ -168,6 +176,11 @@ class DeviceType(_Model):
     efficiency: float = Field(default=0.6, gt=0, le=1, description="Fraction of the roofline that operators "
                               "reach in practice (calibrate from a profile).")
     op_overhead: Duration = Field(default=0, description="Fixed time per operator (kernel launch), e.g. 5us.")
+    subgraph_outputs: SubgraphOutputs | None = Field(default=None, description="device-memory: consecutive "
+                                                     "subgraphs on this device share data in place; host-memory: "
+                                                     "each subgraph is a call whose boundary tensors go through host "
+                                                     "memory (Tarnawski et al.). Default: host-memory for kind "
+                                                     "accelerator, device-memory otherwise.")
 
     @model_validator(mode="after")
     def _check(self) -> DeviceType:

@@ -1,0 +1,184 @@
+"""``CostModel``: seconds and bytes for every node, transfer and collective of one graph on one cluster.
+
+Compute time per node and device type is a roofline, ``max(FLOPs / peak[dtype], bytes / bandwidth)
+/ efficiency + overhead per kernel``, vectorised over all nodes of a type at once; profiled graphs
+use their measured times instead (looked up by device type name, then kind, then "accelerator"
+for any non-CPU kind). Transfers follow the charging rules of :mod:`planmap.cluster`; measured
+transfer times of a profiled graph replace the bytes-based estimate for each paying end (the
+paper's ``c_u`` at both ends). Memory terms are per node so solvers can sum them linearly:
+parameters (times a training factor for gradients and optimizer state), stashed activations per
+in-flight microbatch (training), and a per-node working set (its inputs and outputs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from planmap.cluster import DTYPE_ALIASES, Topology
+from planmap.errors import InputError
+from planmap.graph import OpGraph
+
+__all__ = ["CostModel", "OPTIMIZER_STATES", "param_memory_factor"]
+
+# Optimizer state kept per parameter element, in parameter-sized copies.
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+def param_memory_factor(mode: str, optimizer: str) -> float:
+    """Bytes held per parameter byte: the weights (inference), plus gradients and optimizer state."""
+    return 1.0 if mode == "inference" else 2.0 + OPTIMIZER_STATES[optimizer]
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class CostModel:
+    """Costs of ``graph`` on ``topology``. Build with :meth:`build`.
+
+    ``compute`` is ``(n, T)`` seconds per node and device type (``inf`` where a node cannot run on
+    that type); ``device_compute`` expands it to ``(n, D)``. ``kernels`` (n,) counts the kernels a
+    node launches (overhead is paid per kernel).
+    """
+
+    graph: OpGraph
+    topology: Topology
+    mode: str
+    optimizer: str
+    compute: np.ndarray
+    kernels: np.ndarray
+
+    @classmethod
+    def build(cls, graph: OpGraph, topology: Topology, *, mode: str = "inference", optimizer: str = "adam",
+              kernels: np.ndarray | None = None) -> CostModel:
+        n, types = graph.num_nodes, len(topology.type_names)
+        k = np.ones(n) if kernels is None else np.asarray(kernels, float)
+        compute = np.empty((n, types))
+        for t in range(types):
+            compute[:, t] = _type_times(graph, topology, t, k)
+        return cls(graph, topology, mode, optimizer, _ro(compute), _ro(k))
+
+    # ------------------------------------------------------------------------------ compute
+    @cached_property
+    def device_compute(self) -> np.ndarray:
+        """(n, D) seconds of each node on each device (inf = not supported)."""
+        return _ro(np.ascontiguousarray(self.compute[:, self.topology.device_type]))
+
+    def node_time(self, device: int) -> np.ndarray:
+        return self.device_compute[:, device]
+
+    @cached_property
+    def supported(self) -> np.ndarray:
+        """(n, D) bool: the node can run on the device."""
+        return _ro(np.isfinite(self.device_compute))
+
+    # ---------------------------------------------------------------------------- transfers
+    def _bytes_or_time(self, values: np.ndarray, lat: np.ndarray, ibw: np.ndarray, paid: np.ndarray) -> np.ndarray:
+        measured = self.graph.value_time[values]
+        est = lat + self.graph.value_bytes[values] * ibw
+        return np.where(paid, np.where(np.isnan(measured), est, measured), 0.0)
+
+    def send_cost(self, values, src, dst) -> np.ndarray:
+        """Seconds the sending device pays for each (value, src, dst) transfer (arrays broadcast)."""
+        t = self.topology
+        values, src, dst = np.broadcast_arrays(np.asarray(values), np.asarray(src), np.asarray(dst))
+        return self._bytes_or_time(values, t.send_lat[src, dst], t.send_ibw[src, dst], t.send_paid[src, dst])
+
+    def recv_cost(self, values, src, dst) -> np.ndarray:
+        """Seconds the receiving device pays for each (value, src, dst) transfer (arrays broadcast)."""
+        t = self.topology
+        values, src, dst = np.broadcast_arrays(np.asarray(values), np.asarray(src), np.asarray(dst))
+        return self._bytes_or_time(values, t.recv_lat[src, dst], t.recv_ibw[src, dst], t.recv_paid[src, dst])
+
+    def host_io_cost(self, values) -> np.ndarray:
+        """Seconds a host-memory device pays to move a value across one of its own subgraph boundaries."""
+        values = np.asarray(values)
+        t = self.topology
+        return self._bytes_or_time(values, np.full(values.shape, t.host_lat), np.full(values.shape, t.host_ibw),
+                                   np.ones(values.shape, bool))
+
+    @cached_property
+    def uniform_comm(self) -> np.ndarray | None:
+        """Per value, the one transfer charge every paying end pays — when the cluster makes it unique.
+
+        True in the paper's setting (all transfers through one host link, or all measured): then a
+        model may use a single ``c_u`` per value. None when charges depend on the device pair.
+        """
+        t = self.topology
+        charges = set()
+        for paid, lat, ibw in ((t.send_paid, t.send_lat, t.send_ibw), (t.recv_paid, t.recv_lat, t.recv_ibw)):
+            charges.update(zip(lat[paid].tolist(), ibw[paid].tolist(), strict=True))
+        if t.host_io.any():
+            charges.add((t.host_lat, t.host_ibw))
+        if len(charges) > 1:
+            return None
+        lat, ibw = charges.pop() if charges else (0.0, 0.0)
+        measured = self.graph.value_time
+        return _ro(np.where(np.isnan(measured), lat + self.graph.value_bytes * ibw, measured))
+
+    # ------------------------------------------------------------------------------- memory
+    @property
+    def param_factor(self) -> float:
+        return param_memory_factor(self.mode, self.optimizer)
+
+    @cached_property
+    def param_use(self) -> tuple[np.ndarray, np.ndarray]:
+        """(param value ids, consumer nodes) of every use of a parameter argument."""
+        g = self.graph
+        is_param = np.zeros(g.num_values, bool)
+        is_param[g.param_values] = True
+        use = is_param[g.edge_value]
+        return _ro(g.edge_value[use].copy()), _ro(g.edge_dst[use].copy())
+
+    @cached_property
+    def stash_bytes(self) -> np.ndarray:
+        """(n,) bytes a forward node's outputs occupy per in-flight microbatch until the backward pass
+        consumes them (training only; zero in inference)."""
+        g = self.graph
+        out = np.zeros(g.num_nodes, np.int64)
+        if self.mode == "inference" or not g.backward.any():
+            return _ro(out)
+        src = g.edge_src
+        stashed = (src >= 0) & ~g.backward[np.maximum(src, 0)] & g.backward[g.edge_dst]
+        vals = np.unique(g.edge_value[stashed])
+        np.add.at(out, g.value_node[vals], g.value_bytes[vals])
+        return _ro(out)
+
+    @cached_property
+    def working_set(self) -> np.ndarray:
+        """(n,) bytes live while a node runs: its distinct inputs (arguments excluded) and its outputs."""
+        g = self.graph
+        ws = g.out_bytes.astype(np.int64).copy()
+        keep = g.edge_src >= 0
+        pairs = np.unique(np.stack([g.edge_value[keep], g.edge_dst[keep]], 1), axis=0)
+        if len(pairs):
+            np.add.at(ws, pairs[:, 1], g.value_bytes[pairs[:, 0]])
+        return _ro(ws)
+
+    # ------------------------------------------------------------------------- collectives
+    def allreduce(self, nbytes: float, devices) -> float:
+        return self.topology.allreduce_time(nbytes, devices)
+
+
+def _type_times(graph: OpGraph, topo: Topology, t: int, kernels: np.ndarray) -> np.ndarray:
+    kind = topo.type_kinds[t]
+    for key in (topo.type_names[t], kind, "accelerator" if kind != "cpu" else None):
+        if key is not None and key in graph.measured:
+            m = graph.measured[key]
+            return np.where(np.isnan(m), math.inf, m)
+    if graph.measured and not graph.flops.any() and not graph.bytes_accessed.any():
+        raise InputError(f"the profiled graph {graph.name!r} has no times for device type "
+                         f"{topo.type_names[t]!r} (kind {kind}); it has: {', '.join(graph.measured)}")
+    dtypes = np.asarray(graph.dtype, dtype=object)
+    peak = np.empty(graph.num_nodes)
+    for dt in set(graph.dtype):
+        peak[dtypes == dt] = topo.peak(t, DTYPE_ALIASES.get(dt, dt))
+    eff = topo.efficiency[t]
+    roof = np.maximum(graph.flops / peak, graph.bytes_accessed / topo.mem_bw[t]) / eff
+    return roof + topo.overhead[t] * kernels

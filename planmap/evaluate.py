@@ -1,0 +1,413 @@
+"""``evaluate(problem, solution)``: the objective, memory and feasibility of a solution — from its decisions only.
+
+This is the one definition of "how good is this plan" that every solver is judged by: the IP's
+claimed optimum, the DP's, the baselines', and a plan file's recorded prediction are all re-derived
+here, so a solver that models something differently is caught by the tests, not by users.
+
+Latency (single stream, Tarnawski et al. §4 generalised to the cluster's links): each accelerator
+stage is a call — it starts when its device is free and all its inputs exist, then receives its
+inputs, computes its nodes, and sends its outputs; all its nodes finish when it does. A CPU stage
+runs each node as soon as its inputs exist, independent paths in parallel. Latency is the last
+finish time.
+
+Throughput (pipelined): the load of a device group (the devices of a stage; several = replicated)
+is its nodes' compute plus, once per value, what it receives and sends; divided by the number of
+replicas, plus the gradient all-reduce among them in training. The objective is the largest load
+(or max forward load + max backward load).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planmap.problem import Problem, Solution
+
+__all__ = ["Evaluation", "evaluate", "nonconvex_units", "quotient_order"]
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluation:
+    """The measured-by-model consequences of a solution. Times in seconds, memory in bytes."""
+
+    objective: float
+    feasible: bool
+    violations: tuple[str, ...]
+    memory: np.ndarray  # (D,) bytes held per device
+    capacity: np.ndarray  # (D,) usable bytes per device
+    load: np.ndarray  # (D,) busy seconds per device (per microbatch for pipelines)
+    fw_load: np.ndarray
+    bw_load: np.ndarray
+    stage_start: np.ndarray  # (S,) latency: stage start times; pipelines: NaN
+    stage_finish: np.ndarray
+    node_finish: np.ndarray | None  # (n,) latency only
+    bytes_moved: int
+    step_time: float  # latency: = objective; pipelines: (microbatches + stages - 1) x bottleneck
+    stage_order: tuple[int, ...]  # pipelines: stage ids in pipeline order
+
+    @property
+    def bottleneck_device(self) -> int:
+        return int(np.argmax(self.load))
+
+
+# ------------------------------------------------------------------------------ graph helpers
+def nonconvex_units(graph, unit: np.ndarray, mask: np.ndarray | None = None) -> list[int]:
+    """Units (stage or group ids per node) whose node set is not convex: some path leaves and re-enters.
+
+    With ``mask``, only the subgraph induced by the masked nodes counts (training: the forward graph).
+    """
+    n = graph.num_nodes
+    if n == 0:
+        return []
+    pindptr, pids = graph.pred
+    sindptr, sids = graph.succ
+    unit_l = unit.tolist()
+    bit = [1 << u for u in unit_l]
+    if mask is not None:
+        bit = [b if m else 0 for b, m in zip(bit, mask.tolist(), strict=True)]
+    down = [0] * n  # units with a path into v (through at least one edge)
+    for v in range(n):
+        m = 0
+        if bit[v] or mask is None:
+            for u in pids[pindptr[v]: pindptr[v + 1]].tolist():
+                m |= down[u] | bit[u]
+        down[v] = m
+    bad = 0
+    up = [0] * n
+    for v in range(n - 1, -1, -1):
+        m = 0
+        if bit[v] or mask is None:
+            for w in sids[sindptr[v]: sindptr[v + 1]].tolist():
+                m |= up[w] | bit[w]
+        up[v] = m
+        bad |= (down[v] & m) & ~bit[v]
+    return [u for u in range(bad.bit_length()) if bad >> u & 1]
+
+
+def quotient_order(graph, unit: np.ndarray, num_units: int, extra: list[tuple[int, int]] = (),
+                   mask: np.ndarray | None = None) -> list[int] | None:
+    """A topological order of units under the node edges (plus ``extra`` unit edges); None on a cycle.
+
+    With ``mask``, only edges between masked nodes count (training: the forward graph)."""
+    s, d = graph.node_edges
+    us, ud = unit[s], unit[d]
+    keep = us != ud
+    if mask is not None:
+        keep &= mask[s] & mask[d]
+    pairs = set(zip(us[keep].tolist(), ud[keep].tolist(), strict=True)) | set(extra)
+    indeg = [0] * num_units
+    out: list[list[int]] = [[] for _ in range(num_units)]
+    for a, b in pairs:
+        out[a].append(b)
+        indeg[b] += 1
+    ready = sorted(u for u in range(num_units) if indeg[u] == 0)
+    order = []
+    import heapq
+
+    heapq.heapify(ready)
+    while ready:
+        u = heapq.heappop(ready)
+        order.append(u)
+        for w in out[u]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(ready, w)
+    return order if len(order) == num_units else None
+
+
+def _crossings(problem: Problem, unit: np.ndarray):
+    """Distinct (value, consumer unit) pairs whose producer is in another unit.
+
+    Returns (values, producer units, consumer units, producer nodes) of the crossing pairs.
+    """
+    g = problem.graph
+    src = g.edge_src
+    keep = src >= 0
+    val, dst = g.edge_value[keep], g.edge_dst[keep]
+    pu, cu = unit[g.value_node[val]], unit[dst]
+    cross = pu != cu
+    val, pu, cu = val[cross], pu[cross], cu[cross]
+    if len(val) == 0:
+        e = np.zeros(0, np.int64)
+        return e, e, e, e
+    key = np.unique(np.stack([val, cu], 1), axis=0)
+    val, cu = key[:, 0], key[:, 1]
+    return val, unit[g.value_node[val]], cu, g.value_node[val]
+
+
+def _charges(problem: Problem, val, pu, cu, unit_device: np.ndarray, by_device_io: bool):
+    """Receive charge per crossing pair, and send charge per (value, producer unit) as the max over
+    destinations. With ``by_device_io``, a crossing between units on one host-memory device is paid at
+    both ends at the host link (subgraph calls of Tarnawski et al.)."""
+    cost = problem.cost
+    a, b = unit_device[pu], unit_device[cu]
+    recv = cost.recv_cost(val, a, b)
+    send = cost.send_cost(val, a, b)
+    if by_device_io:
+        same = (a == b) & problem.topology.host_io[a]
+        if same.any():
+            io = cost.host_io_cost(val[same])
+            recv[same] = io
+            send[same] = io
+    # sender pays once per (value, producer unit): the max over its destinations
+    okey = np.stack([val, pu], 1)
+    uniq, inv = np.unique(okey, axis=0, return_inverse=True)
+    send_once = np.zeros(len(uniq))
+    np.maximum.at(send_once, inv.ravel(), send)
+    return recv, uniq[:, 0], uniq[:, 1], send_once
+
+
+def _memory(problem: Problem, group_of: np.ndarray, groups: list[tuple[int, ...]], in_flight: np.ndarray) -> np.ndarray:
+    """Bytes per device: parameters used (x training factor), node state, activations."""
+    cost, g, topo = problem.cost, problem.graph, problem.topology
+    G = len(groups)
+    mem_g = np.zeros(G)
+    pv, pn = cost.param_use
+    if len(pv):
+        pairs = np.unique(np.stack([pv, group_of[pn]], 1), axis=0)
+        np.add.at(mem_g, pairs[:, 1], g.value_bytes[pairs[:, 0]] * cost.param_factor)
+    np.add.at(mem_g, group_of, g.state_bytes)
+    if problem.mode == "training":
+        stash = np.zeros(G)
+        np.add.at(stash, group_of, cost.stash_bytes)
+        mem_g += stash * in_flight
+    ws = np.zeros(G)
+    np.maximum.at(ws, group_of, cost.working_set)
+    mem_g += ws
+    mem = np.zeros(topo.num_devices)
+    for k, devs in enumerate(groups):
+        mem[list(devs)] += mem_g[k]
+    return mem
+
+
+def _common_checks(problem: Problem, solution: Solution, group_of: np.ndarray, groups, violations: list[str]):
+    g, topo = problem.graph, problem.topology
+    names = topo.names
+    # every node where it may run (all devices of its group)
+    group_ok = np.zeros((len(groups), topo.num_devices), bool)
+    for k, devs in enumerate(groups):
+        group_ok[k, list(devs)] = True
+    bad = np.flatnonzero(((group_ok[group_of]) & ~problem.allowed).any(axis=1))
+    if len(bad):
+        i = int(bad[0])
+        violations.append(f"{len(bad)} node(s) placed where they cannot run (unsupported or pinned elsewhere), "
+                          f"e.g. {g.op_name[i]!r} on {', '.join(names[d] for d in groups[group_of[i]])}")
+    cls = g.colocation
+    has = cls >= 0
+    if has.any():
+        c, grp = cls[has], group_of[has]
+        order = np.lexsort((grp, c))
+        c, grp = c[order], grp[order]
+        split = np.flatnonzero((c[1:] == c[:-1]) & (grp[1:] != grp[:-1]))
+        if len(split):
+            violations.append(f"{len(np.unique(c[split]))} colocation class(es) split across devices, "
+                              f"e.g. class {int(c[split[0]])}")
+
+
+def evaluate(problem: Problem, solution: Solution) -> Evaluation:
+    """Objective, per-device memory and load, and every violated constraint of ``solution``."""
+    if len(solution.assignment) != problem.graph.num_nodes:
+        raise ValueError(f"evaluate requires an assignment of {problem.graph.num_nodes} nodes, "
+                         f"but got {len(solution.assignment)}")
+    if problem.objective == "latency":
+        return _latency(problem, solution)
+    return _throughput(problem, solution)
+
+
+# ------------------------------------------------------------------------------------ latency
+def _latency(problem: Problem, sol: Solution) -> Evaluation:
+    g, topo, cost = problem.graph, problem.topology, problem.cost
+    n, S, D = g.num_nodes, sol.num_stages, topo.num_devices
+    violations: list[str] = []
+    stage_dev = np.array([s.device for s in sol.stages], np.int32)
+    if any(s.replicas > 1 for s in sol.stages):
+        violations.append("latency plans run each stage on exactly one device")
+    node_dev = stage_dev[sol.assignment]
+    t = cost.device_compute[np.arange(n), node_dev]
+    cpu_stage = topo.is_cpu[stage_dev]
+    # units: accelerator stages keep their id; every CPU node is its own unit S + i
+    unit = np.where(cpu_stage[sol.assignment], S + np.arange(n), sol.assignment).astype(np.int64)
+    unit_dev = np.concatenate([stage_dev, node_dev]).astype(np.int32)
+    val, pu, cu, _ = _crossings(problem, unit)
+    recv, sval, spu, send = _charges(problem, val, pu, cu, unit_dev, by_device_io=True)
+    dur = np.zeros(S + n)
+    np.add.at(dur, sol.assignment[~cpu_stage[sol.assignment]], t[~cpu_stage[sol.assignment]])
+    dur[S:][cpu_stage[sol.assignment]] = t[cpu_stage[sol.assignment]]
+    # accelerator units pay transfers in their duration; CPU units receive as a delay on the edge
+    acc_c = cu < S
+    np.add.at(dur, cu[acc_c], recv[acc_c])
+    acc_p = spu < S
+    np.add.at(dur, spu[acc_p], send[acc_p])
+    # ready time of a unit: all producers of its inputs finished (+ CPU receive delay)
+    device_chain = []
+    for d in range(D):
+        on = [k for k in range(S) if stage_dev[k] == d and not cpu_stage[k]]
+        device_chain += list(zip(on[:-1], on[1:], strict=True))
+        if not topo.is_cpu[d] and len(on) > problem.max_subgraphs and problem.objective == "latency":
+            violations.append(f"{topo.names[d]} runs {len(on)} subgraphs, more than the allowed "
+                              f"{problem.max_subgraphs}")
+    stage_unit = sol.assignment
+    nonconvex = [u for u in nonconvex_units(g, stage_unit) if not cpu_stage[u]]
+    if nonconvex:
+        violations.append(f"{len(nonconvex)} stage(s) are not contiguous subgraphs (a path leaves and re-enters), "
+                          f"e.g. stage {nonconvex[0]} on {topo.names[stage_dev[nonconvex[0]]]}")
+    used = np.unique(unit)
+    dense = np.full(S + n, -1, np.int64)
+    dense[used] = np.arange(len(used))
+    order = quotient_order(g, dense[unit], len(used),
+                           [(int(dense[a]), int(dense[b])) for a, b in device_chain if dense[a] >= 0 and dense[b] >= 0])
+    finish = np.full(S + n, np.nan)
+    start = np.full(S + n, np.nan)
+    if order is None:
+        violations.append("the stages depend on each other in a cycle (the placement cannot be scheduled)")
+        objective = math.inf
+    else:
+        ready = np.zeros(S + n)
+        # predecessors per unit: from crossing pairs (value producer unit -> consumer unit)
+        delay = np.where(acc_c, 0.0, recv)
+        preds: dict[int, list[tuple[int, float]]] = {}
+        for a, b, w in zip(pu.tolist(), cu.tolist(), delay.tolist(), strict=True):
+            preds.setdefault(b, []).append((a, w))
+        # node edges without a value crossing (same value consumed twice) are covered; add argument-free edges
+        s_, d_ = g.node_edges
+        ua, ub = unit[s_], unit[d_]
+        for a, b in set(zip(ua[ua != ub].tolist(), ub[ua != ub].tolist(), strict=True)):
+            preds.setdefault(b, []).append((a, 0.0))
+        for a, b in device_chain:
+            preds.setdefault(b, []).append((a, 0.0))
+        for k in order:
+            u = int(used[k])
+            r = 0.0
+            for a, w in preds.get(u, ()):
+                r = max(r, finish[a] + w)
+            ready[u] = r
+            start[u] = r
+            finish[u] = r + dur[u]
+        objective = float(np.nanmax(finish)) if n else 0.0
+    node_finish = finish[unit] if order is not None else None
+    load = np.zeros(D)
+    np.add.at(load, unit_dev[:S][~cpu_stage], dur[:S][~cpu_stage])
+    np.add.at(load, node_dev[cpu_stage[sol.assignment]], t[cpu_stage[sol.assignment]])
+    groups = [(d,) for d in range(D)]
+    mem = _memory(problem, node_dev, groups, np.ones(D))
+    _common_checks(problem, sol, node_dev, groups, violations)
+    _memory_check(problem, mem, violations)
+    moved = int(problem.graph.value_bytes[val].sum()) if len(val) else 0
+    stage_start = start[:S].copy()
+    stage_finish = finish[:S].copy()
+    for k in range(S):  # CPU stages: first start and last finish of their nodes
+        if cpu_stage[k]:
+            members = np.flatnonzero(sol.assignment == k)
+            if len(members) and order is not None:
+                stage_start[k] = np.nanmin(start[S + members])
+                stage_finish[k] = np.nanmax(finish[S + members])
+    return Evaluation(objective=objective, feasible=not violations, violations=tuple(violations), memory=mem,
+                      capacity=problem.capacity, load=load, fw_load=load, bw_load=np.zeros(D),
+                      stage_start=stage_start, stage_finish=stage_finish, node_finish=node_finish,
+                      bytes_moved=moved, step_time=objective, stage_order=tuple(range(S)))
+
+
+def _memory_check(problem: Problem, mem: np.ndarray, violations: list[str]) -> None:
+    cap = problem.capacity
+    over = np.flatnonzero(mem > cap * (1 + 1e-12))
+    if len(over):
+        from planmap.units import format_bytes
+
+        d = int(over[np.argmax(mem[over] - cap[over])])
+        violations.append(f"memory exceeded on {len(over)} device(s), e.g. {problem.topology.names[d]} needs "
+                          f"{format_bytes(mem[d])} of {format_bytes(cap[d])} usable")
+
+
+# --------------------------------------------------------------------------------- throughput
+def _throughput(problem: Problem, sol: Solution) -> Evaluation:
+    g, topo, cost = problem.graph, problem.topology, problem.cost
+    S, D = sol.num_stages, topo.num_devices
+    violations: list[str] = []
+    # device groups: distinct device tuples of the stages
+    group_ids: dict[tuple[int, ...], int] = {}
+    stage_group = np.array([group_ids.setdefault(tuple(sorted(s.devices)), len(group_ids)) for s in sol.stages],
+                           np.int32)
+    groups = list(group_ids)
+    G = len(groups)
+    seen: dict[int, int] = {}
+    for k, devs in enumerate(groups):
+        for d in devs:
+            if d in seen:
+                violations.append(f"{topo.names[d]} belongs to two different device groups")
+            seen[d] = k
+    group_of = stage_group[sol.assignment]
+    rep = np.array([len(x) for x in groups], float)
+    first = np.array([x[0] for x in groups], np.int32)
+    if problem.max_stages is not None and G > problem.max_stages:
+        violations.append(f"{G} stages, more than maxStages {problem.max_stages}")
+    if (rep > 1).any() and not problem.replication:
+        violations.append("a stage is replicated over several devices, but replication is forbidden")
+    # compute (the slowest replica sets the pace)
+    fw = np.zeros(G)
+    bw = np.zeros(G)
+    for k, devs in enumerate(groups):
+        members = group_of == k
+        tk = cost.device_compute[np.ix_(members, list(devs))].sum(axis=0)
+        bwk = cost.device_compute[np.ix_(members & g.backward, list(devs))].sum(axis=0)
+        j = int(np.argmax(tk)) if len(tk) else 0
+        bw[k] = bwk[j] if len(bwk) else 0.0
+        fw[k] = (tk[j] if len(tk) else 0.0) - bw[k]
+    val, pu, cu, pnode = _crossings(problem, group_of)
+    recv, sval, spu, send = _charges(problem, val, pu, cu, first, by_device_io=False)
+    back_r = g.backward[pnode]
+    back_s = g.backward[g.value_node[sval]]
+    np.add.at(fw, cu[~back_r], recv[~back_r])
+    np.add.at(bw, cu[back_r], recv[back_r])
+    np.add.at(fw, spu[~back_s], send[~back_s])
+    np.add.at(bw, spu[back_s], send[back_s])
+    fw /= rep
+    bw /= rep
+    if problem.mode == "training" and (rep > 1).any():
+        pv, pn = cost.param_use
+        pairs = np.unique(np.stack([pv, group_of[pn]], 1), axis=0) if len(pv) else np.zeros((0, 2), int)
+        grad = np.zeros(G)
+        np.add.at(grad, pairs[:, 1], g.value_bytes[pairs[:, 0]])
+        for k, devs in enumerate(groups):
+            bw[k] += cost.allreduce(grad[k], devs)
+    # pipeline order (needed for 1F1B memory and for executing contiguous stages)
+    fwd = ~g.backward if (problem.mode == "training" and g.backward.any()) else None
+    order = quotient_order(g, group_of, G, mask=fwd)
+    if order is None and fwd is not None:  # a non-contiguous training plan: order groups by first node
+        order = [int(k) for k in np.argsort([np.flatnonzero(group_of == k).min() for k in range(G)])]
+    if problem.contiguous:
+        nonconvex = nonconvex_units(g, group_of, mask=fwd)
+        if nonconvex:
+            violations.append(f"{len(nonconvex)} stage(s) are not contiguous (a path leaves and re-enters), "
+                              f"e.g. the stage on {topo.names[groups[nonconvex[0]][0]]}")
+        if order is None:
+            violations.append("the stages depend on each other in a cycle, so they cannot form a pipeline")
+    position = np.zeros(G)
+    if order is not None:
+        position[order] = np.arange(G)
+    in_flight = np.array([problem.in_flight(int(p), G) for p in position], float)
+    mem = _memory(problem, group_of, groups, in_flight)
+    _common_checks(problem, sol, group_of, groups, violations)
+    _memory_check(problem, mem, violations)
+    total = fw + bw
+    if problem.variant == "max-fw-plus-max-bw":
+        objective = float(fw.max() + bw.max()) if G else 0.0
+    else:
+        objective = float(total.max()) if G else 0.0
+    load = np.zeros(D)
+    fwd = np.zeros(D)
+    bwd = np.zeros(D)
+    for k, devs in enumerate(groups):
+        load[list(devs)] += total[k]
+        fwd[list(devs)] += fw[k]
+        bwd[list(devs)] += bw[k]
+    m = max(problem.microbatches, 1)
+    step = (m + G - 1) * objective
+    stage_order = tuple(int(i) for i in np.argsort(position[stage_group], kind="stable"))
+    nan = np.full(S, np.nan)
+    moved = int(g.value_bytes[val].sum()) if len(val) else 0
+    return Evaluation(objective=objective, feasible=not violations, violations=tuple(violations), memory=mem,
+                      capacity=problem.capacity, load=load, fw_load=fwd, bw_load=bwd, stage_start=nan,
+                      stage_finish=nan.copy(), node_finish=None, bytes_moved=moved, step_time=step,
+                      stage_order=stage_order)

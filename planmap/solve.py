@@ -1,0 +1,121 @@
+"""``solve``: run a solver (or the ``auto`` chain) on a problem and re-evaluate its answer.
+
+The driver owns what every solver would otherwise repeat: choosing a solver, refusing problems
+that cannot fit before any search starts (with the bytes needed and available), re-deriving the
+objective of the answer with :func:`planmap.evaluate.evaluate`, and reporting a solver whose
+claimed objective disagrees with the evaluator.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
+from planmap.evaluate import Evaluation, evaluate
+from planmap.problem import Problem, Solution, SolveOptions, relative_gap
+from planmap.units import format_bytes
+
+__all__ = ["SolveResult", "solve", "memory_precheck", "CLAIM_TOLERANCE"]
+
+CLAIM_TOLERANCE = 1e-6  # relative disagreement between a solver's claim and the evaluator
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    problem: Problem
+    solution: Solution
+    evaluation: Evaluation
+    solver: str
+    tried: tuple[tuple[str, str], ...]  # (solver, why it was skipped) for auto
+    wall_time: float
+
+
+def memory_precheck(problem: Problem) -> None:
+    """Raise InfeasibleError when no placement can fit, naming bytes needed vs available."""
+    g, cost, topo = problem.graph, problem.cost, problem.topology
+    cap = problem.capacity
+    pv, pn = cost.param_use
+    params = float(g.value_bytes[np.unique(pv)].sum()) * cost.param_factor if len(pv) else 0.0
+    need = params + float(g.state_bytes.sum())
+    if np.isfinite(cap).all() and need > cap.sum():
+        raise InfeasibleError(
+            f"{problem.name} cannot fit: parameters{' + gradients + optimizer state' if problem.mode == 'training' else ''}"
+            f" and state need {format_bytes(need)}, the cluster has {format_bytes(cap.sum())} usable "
+            f"({len(cap)} devices x {format_bytes(cap.max())} after memoryHeadroom {problem.memory_headroom:.0%}); "
+            "binding constraint: device memory")
+    # the heaviest node must fit on some device it may run on
+    node_mem = g.state_bytes.astype(float) + cost.working_set
+    if len(pv):
+        per_node = np.zeros(g.num_nodes)
+        np.add.at(per_node, pn, g.value_bytes[pv] * cost.param_factor)
+        node_mem = node_mem + per_node
+    fits = (node_mem[:, None] <= cap[None, :]) & problem.allowed
+    bad = np.flatnonzero(~fits.any(axis=1))
+    if len(bad):
+        i = int(bad[np.argmax(node_mem[bad])])
+        allowed = np.flatnonzero(problem.allowed[i])
+        best = cap[allowed].max() if len(allowed) else 0.0
+        raise InfeasibleError(
+            f"operator {g.op_name[i]!r} alone needs {format_bytes(node_mem[i])}, more than the "
+            f"{format_bytes(best)} usable on any device it may run on; binding constraint: "
+            f"{'pins / supported devices' if len(allowed) < topo.num_devices else 'device memory'}")
+
+
+def _run(name: str, problem: Problem, options: SolveOptions) -> Solution:
+    from planmap import solvers
+
+    solver = solvers.get(name)
+    if problem.objective not in solver.objectives:
+        raise SolverUnavailableError(f"solver {name!r} does not handle objective {problem.objective!r} "
+                                     f"(it handles {', '.join(sorted(solver.objectives))})")
+    return solver.solve(problem, options)
+
+
+def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None = None) -> SolveResult:
+    """Solve ``problem``; with ``solver="auto"`` try :func:`planmap.solvers.auto_candidates` in order."""
+    from planmap import solvers
+
+    options = options or SolveOptions()
+    memory_precheck(problem)
+    t0 = time.perf_counter()
+    names = solvers.auto_candidates(problem) if solver == "auto" else [solver]
+    tried: list[tuple[str, str]] = []
+    for name in names:
+        try:
+            sol = _run(name, problem, options)
+        except SolverUnavailableError as e:
+            if solver != "auto":
+                raise
+            tried.append((name, str(e)))
+            continue
+        except PlanmapError as e:
+            if solver != "auto" or isinstance(e, InfeasibleError):
+                raise
+            tried.append((name, str(e)))
+            continue
+        return _finish(problem, sol, name, tuple(tried), time.perf_counter() - t0)
+    raise SolverUnavailableError("no solver could handle this problem: " + "; ".join(f"{n}: {w}" for n, w in tried))
+
+
+def _finish(problem: Problem, sol: Solution, name: str, tried, wall: float) -> SolveResult:
+    """Re-evaluate the answer; keep the backend's bound and gap unless its claim disagrees."""
+    ev = evaluate(problem, sol)
+    if not ev.feasible:
+        raise InfeasibleError(f"{problem.name}: the best plan found ({name}) violates constraints:\n  - "
+                              + "\n  - ".join(ev.violations))
+    cert = sol.certificate
+    message, gap, bound = cert.message, cert.gap, cert.bound
+    claimed = cert.objective
+    if (claimed is not None and math.isfinite(claimed) and math.isfinite(ev.objective)
+            and abs(claimed - ev.objective) > CLAIM_TOLERANCE * max(abs(ev.objective), 1e-30)):
+        message = (message + "; " if message else "") + (
+            f"solver claimed {claimed:.9g}s, evaluated {ev.objective:.9g}s")
+        if bound is not None:
+            bound = min(bound, ev.objective)
+        gap = relative_gap(ev.objective, bound)
+    sol = sol.with_certificate(objective=ev.objective, bound=bound, gap=gap, message=message)
+    return SolveResult(problem, sol, ev, name, tried, wall)
