@@ -21,6 +21,7 @@ BASE_URL = "https://planmap.dev/schemas/"
 SCHEMAS: dict[str, str] = {
     "planspec.schema.json": "planmap.spec.models:PlanSpec",
     "cluster.schema.json": "planmap.spec.models:Cluster",
+    "plan.schema.json": "planmap.plan.document:PlanDocument",
 }
 
 

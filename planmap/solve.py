@@ -97,11 +97,11 @@ def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None =
                 raise
             tried.append((name, str(e)))
             continue
-        return _finish(problem, sol, name, tuple(tried), time.perf_counter() - t0)
+        return _finish(problem, sol, name, tuple(tried), time.perf_counter() - t0, options)
     raise SolverUnavailableError("no solver could handle this problem: " + "; ".join(f"{n}: {w}" for n, w in tried))
 
 
-def _finish(problem: Problem, sol: Solution, name: str, tried, wall: float) -> SolveResult:
+def _finish(problem: Problem, sol: Solution, name: str, tried, wall: float, options: SolveOptions) -> SolveResult:
     """Re-evaluate the answer; keep the backend's bound and gap unless its claim disagrees."""
     ev = evaluate(problem, sol)
     if not ev.feasible:
@@ -117,5 +117,7 @@ def _finish(problem: Problem, sol: Solution, name: str, tried, wall: float) -> S
         if bound is not None:
             bound = min(bound, ev.objective)
         gap = relative_gap(ev.objective, bound)
-    sol = sol.with_certificate(objective=ev.objective, bound=bound, gap=gap, message=message)
+    options = {"time_limit": options.time_limit, "rel_gap": options.rel_gap, "threads": options.threads,
+               "seed": options.seed, **({"backend": options.backend} if cert.backend else {}), **cert.options}
+    sol = sol.with_certificate(objective=ev.objective, bound=bound, gap=gap, message=message, options=options)
     return SolveResult(problem, sol, ev, name, tried, wall)
