@@ -8,6 +8,9 @@ STAMP  := $(VENV)/.installed
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export PYTHONHASHSEED = 0
 
+DEMO_SPEC ?= specs/gpt-train-8dev.yaml
+DEMO_PLAN := plans/$(basename $(notdir $(DEMO_SPEC))).plan.yaml
+
 .PHONY: install demo test schemas goldens bench lint clean fixtures
 
 # Re-install only when the project metadata or the pins change (idempotent, fast otherwise).
@@ -21,13 +24,19 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(PLANMAP) validate specs/*.yaml specs/clusters/*.yaml
-	$(PLANMAP) inspect specs/models/gpt_small.mlir
+	$(PLANMAP) solve $(DEMO_SPEC) -o $(DEMO_PLAN)
+	$(PLANMAP) explain $(DEMO_PLAN) --png out/$(basename $(notdir $(DEMO_SPEC))).png
+	$(PLANMAP) run $(DEMO_PLAN) --steps 3 --verify
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 schemas: $(STAMP)
 	$(PLANMAP) schema --out schemas
+
+# Golden plans: one per example spec; tests/core/test_goldens.py fails when a solve no longer reproduces them.
+goldens: $(STAMP)
+	@for s in specs/*.yaml; do n=$$(basename $$s .yaml); $(PLANMAP) solve $$s -o plans/$$n.plan.yaml -q || exit 1; done
 
 fixtures: $(STAMP)
 	$(PY) tools/export_examples.py specs/models

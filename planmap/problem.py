@@ -28,7 +28,7 @@ import numpy as np
 
 from planmap.cluster import Topology
 from planmap.cost import CostModel
-from planmap.errors import InfeasibleError
+from planmap.errors import InfeasibleError, PlanmapError
 from planmap.graph import OpGraph
 
 __all__ = [
@@ -307,6 +307,23 @@ def _pins(spec, graph: OpGraph, original: OpGraph, topo: Topology, allowed: np.n
         allowed[nodes] &= mask
 
 
+def _microbatches(model: Any, graph: OpGraph, topo: Topology) -> int:
+    """Microbatches per step: the spec's number, or for ``auto`` globalBatch / the artifact's batch size
+    (else twice the number of pipeline devices). The artifact is exported at the microbatch size."""
+    data = [a for a in graph.args if a.role == "data" and a.type.shape]
+    batch = data[0].type.shape[0] if data else None
+    mb = model.microbatches
+    if mb == "auto":
+        if model.global_batch and batch:
+            mb = max(1, model.global_batch // batch)
+        else:
+            mb = 2 * max(1, len(topo.accelerators))
+    if model.global_batch and batch and model.global_batch != batch * mb:
+        raise PlanmapError(f"globalBatch {model.global_batch} != the artifact's batch {batch} x microbatches {mb}: "
+                              "the artifact is run once per microbatch, so export it at globalBatch / microbatches")
+    return int(mb)
+
+
 def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
     """The problem a :class:`~planmap.spec.LoadedSpec` describes: load, coarsen, cost, constrain."""
     from planmap import frontend
@@ -331,14 +348,14 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
     schedule = str(body.constraints.schedule)
     if schedule == "auto":
         schedule = "1f1b" if mode == "training" else "gpipe"
-    mb = model.microbatches
+    mb = _microbatches(model, original, topo)
     return Problem(
         name=spec.metadata.name, graph=coarse, topology=topo, cost=cost, objective=str(body.objective.kind),
         variant=str(body.objective.variant), mode=mode,
         contiguous=str(body.constraints.placement) == "contiguous",
         max_subgraphs=body.constraints.max_subgraphs_per_device, max_stages=body.constraints.max_stages,
         memory_headroom=body.constraints.memory_headroom, schedule=schedule,
-        microbatches=mb if isinstance(mb, int) else 0, replication=str(body.constraints.replication) == "allow",
+        microbatches=mb, replication=str(body.constraints.replication) == "allow",
         allowed=allowed, original=original, spec=spec,
     )
 
