@@ -151,9 +151,14 @@ def draw(path: str | Path, doc: PlanDocument, problem: Problem, solution: Soluti
     ax.bar(range(len(used)), mem, color=[cmap(d % 20) for d in used])
     finite = np.isfinite(cap)
     ax.scatter(np.flatnonzero(finite), cap[finite], marker="_", s=400, color="red", label="usable capacity")
+    if finite.any() and len(mem) and mem.max() > 0 and cap[finite].max() > 20 * mem.max():
+        ax.set_yscale("log")  # a small model on big devices: keep both visible
+    for i, (m_, c_) in enumerate(zip(mem, cap, strict=True)):
+        if np.isfinite(c_) and c_ > 0:
+            ax.annotate(f"{m_ / c_:.1%}", (i, m_), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(used)), [topo.names[d] for d in used], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("GiB")
-    ax.set_title("memory per device", fontsize=9)
+    ax.set_title("memory per device (share of usable capacity)", fontsize=9)
     if finite.any():
         ax.legend(fontsize=7)
     ax = axes[2]

@@ -110,7 +110,7 @@ def solve(
         problem = build_problem(loaded)
         if status is not None:
             status.update(f"solving ({problem.graph.num_nodes} nodes on {problem.topology.num_devices} devices)")
-        options = SolveOptions(time_limit=limit_ns * 1e-9, rel_gap=cfg.rel_gap if gap is None else gap,
+        options = SolveOptions(time_limit=limit_ns / 1e9, rel_gap=cfg.rel_gap if gap is None else gap,
                                threads=threads or cfg.threads, seed=cfg.seed, backend=cfg.backend,
                                passthrough=dict(cfg.options), progress=_LiveProgress(status) if status else None)
         result = run_solve(problem, solver or cfg.name, options)

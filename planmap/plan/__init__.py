@@ -200,7 +200,7 @@ def _options_from_plan(spec, doc: PlanDocument):
 
     s = spec.spec.solver
     o = doc.solver.options
-    return SolveOptions(time_limit=float(o.get("time_limit", s.time_limit * 1e-9)),
+    return SolveOptions(time_limit=float(o.get("time_limit", s.time_limit / 1e9)),
                         rel_gap=float(o.get("rel_gap", s.rel_gap)), threads=int(o.get("threads", s.threads)),
                         seed=int(o.get("seed", s.seed)), backend=str(o.get("backend", s.backend)),
                         passthrough=dict(s.options))

@@ -142,7 +142,8 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
                            microbatches=max(1, solution.microbatches))
     return PlanDocument(
         format_version=FORMAT_VERSION, generator=f"planmap {__version__}", name=name or problem.name,
-        objective=ObjectiveDoc(kind=problem.objective, variant=problem.variant), mode=problem.mode,
+        objective=ObjectiveDoc(kind=problem.objective,
+                                                          variant=problem.variant if problem.objective == "throughput" else None), mode=problem.mode,
         inputs=_inputs(spec, plan_path.parent), data_args=data_args, mesh=mesh_doc, schedule=schedule,
         stages=stages, shardings=shardings, predicted=predicted, solver=solver)
 

@@ -117,7 +117,7 @@ class SolverDoc(_Doc):
 
 class ObjectiveDoc(_Doc):
     kind: Literal["latency", "throughput"] = Field(description="What the plan optimises.")
-    variant: str = Field(default="max-load", description="Throughput variant.")
+    variant: str | None = Field(default=None, description="Throughput variant (max-load, max-fw-plus-max-bw).")
 
 
 class PlanDocument(_Doc):
@@ -181,7 +181,7 @@ def render(doc: PlanDocument, header: list[str]) -> str:
     out = [f"# {line}" if line else "#" for line in header]
     for key in ("format_version", "generator", "name"):
         out.append(f"{key}: {json.dumps(d[key]) if key == 'format_version' else _scalar(d[key])}")
-    out.append(f"objective: {_flow(d['objective'])}")
+    out.append(f"objective: {_flow({k: v for k, v in d['objective'].items() if v is not None})}")
     out.append(f"mode: {d['mode']}")
     out.append("inputs:")
     out += [f"  - {_flow(i)}" for i in d["inputs"]]

@@ -1,0 +1,81 @@
+"""`planmap solve / check / diff / explain` end to end on the example specs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from planmap.cli import main
+
+SPEC = "mlp-latency-cpu4acc"
+
+
+@pytest.fixture
+def workdir(specs_dir, tmp_path, monkeypatch):
+    shutil.copytree(specs_dir, tmp_path / "specs")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_solve_twice_is_byte_identical_and_check_passes(workdir, capsys):
+    assert main(["solve", f"specs/{SPEC}.yaml", "-o", "a.plan.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "certificate:" in out and "wrote a.plan.yaml" in out
+    assert main(["solve", f"specs/{SPEC}.yaml", "-o", "b.plan.yaml", "-q"]) == 0
+    a, b = (workdir / "a.plan.yaml").read_text(), (workdir / "b.plan.yaml").read_text()
+    assert a.splitlines()[3:] == b.splitlines()[3:], "same inputs must give the same plan"
+    assert a.splitlines()[2].replace("a.plan.yaml", "b.plan.yaml") == b.splitlines()[2]
+    assert main(["check", "a.plan.yaml"]) == 0
+    assert main(["diff", "a.plan.yaml", "b.plan.yaml"]) == 0
+
+
+@pytest.mark.slow
+def test_hand_edited_plan_fails_check(workdir, capsys):
+    assert main(["solve", f"specs/{SPEC}.yaml", "-o", "p.plan.yaml", "-q"]) == 0
+    p = workdir / "p.plan.yaml"
+    text = p.read_text()
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.strip().startswith("objective_ns:"))
+    lines[i] = lines[i].split(":")[0] + ": 1"
+    p.write_text("\n".join(lines) + "\n")
+    assert main(["check", str(p)]) == 1
+    assert "not reproducible" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_stale_plan_fails_check(workdir, capsys):
+    assert main(["solve", f"specs/{SPEC}.yaml", "-o", "p.plan.yaml", "-q"]) == 0
+    model = workdir / "specs" / "models" / "mlp.mlir"
+    model.write_text(model.read_text() + "\n")
+    assert main(["check", "p.plan.yaml"]) == 1
+    assert "stale: model input" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_infeasible_spec_writes_nothing(workdir, capsys):
+    spec = workdir / "specs" / "tiny.yaml"
+    spec.write_text((workdir / "specs" / f"{SPEC}.yaml").read_text().replace(
+        "cluster: clusters/cpu-4acc-pcie.yaml", "cluster: clusters/tiny.yaml"))
+    (workdir / "specs" / "clusters" / "tiny.yaml").write_text(
+        (workdir / "specs" / "clusters" / "cpu-4acc-pcie.yaml").read_text()
+        .replace("memory: 16GiB", "memory: 1KiB").replace("        - {name: cpu, type: cpu, count: 1}\n", ""))
+    assert main(["solve", str(spec), "-o", "tiny.plan.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot fit" in err or "needs" in err
+    assert "usable" in err
+    assert not (workdir / "tiny.plan.yaml").exists()
+
+
+@pytest.mark.slow
+def test_explain_png(workdir, capsys):
+    assert main(["solve", f"specs/{SPEC}.yaml", "-o", "p.plan.yaml", "-q"]) == 0
+    assert main(["explain", "p.plan.yaml", "--png", "p.png"]) == 0
+    data = (workdir / "p.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    from PIL import Image
+
+    with Image.open(workdir / "p.png") as im:
+        im.verify()
+        assert im.size[0] > 500 and im.size[1] > 300
