@@ -83,19 +83,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except typer.Exit as e:
         return e.exit_code
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # click usage errors arrive as click exceptions
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
-            print("aborted", file=sys.stderr)
-            return 1
-        raise
+    except typer.exceptions.TyperException as e:  # usage errors: bad option, missing argument
+        show = getattr(e, "show", None)
+        if show is None:
+            raise
+        show()
+        return getattr(e, "exit_code", 2)
     return rv if isinstance(rv, int) else 0
 
 
