@@ -22,6 +22,7 @@ SCHEMAS: dict[str, str] = {
     "planspec.schema.json": "planmap.spec.models:PlanSpec",
     "cluster.schema.json": "planmap.spec.models:Cluster",
     "plan.schema.json": "planmap.plan.document:PlanDocument",
+    "opgraph.schema.json": "planmap.frontend.profiled:ProfiledGraph",
 }
 
 

@@ -35,9 +35,11 @@ class ModelDef:
 
     def abstract_args(self, train: bool = False) -> tuple:
         """ShapeDtypeStructs of (params, *inputs[, targets]) — export needs no real arrays."""
-        key = jax.random.PRNGKey(0)
-        args = (self.init(key), *self.inputs(key)) + ((self.targets(key),) if train else ())
-        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), args)
+        def make(key):
+            return (self.init(key), *self.inputs(key)) + ((self.targets(key),) if train else ())
+
+        # eval_shape traces the initialisers without running them (the CNN's take seconds to run)
+        return jax.eval_shape(make, jax.random.PRNGKey(0))
 
 
 def _dense(key, a, b, scale=None):

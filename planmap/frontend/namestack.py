@@ -1,0 +1,164 @@
+"""Reading JAX name stacks: which layer an op belongs to and whether it is in the backward pass.
+
+JAX records ``jax.named_scope``/module names and the transformations an op went through in its
+location, e.g. ``jit(step)/layer3/attn/dot_general`` (inference), ``jit(loss)/jvp(layer3)/attn/mul``
+(forward pass of a value-and-grad step) and ``jit(loss)/transpose(jvp(layer3))/attn/mul`` (its
+backward pass). Flax and Haiku module paths look the same (``Block_3``, ``layers_3``, ``h/3``).
+
+* The first component (``jit(step)``) names the exported function and the last one names the
+  primitive; the components in between are scopes. Transformation wrappers (``jvp(...)``,
+  ``transpose(...)``, ``vmap(...)``, ``remat(...)``, ``jit(...)``) are peeled off each scope.
+* An op is *backward* when a ``transpose(...)`` wrapper appears in its stack.
+* Its *layer* is the scope path up to the first scope that ends in an index (``layer3``,
+  ``stage1_block0``, ``Block_3``, ``h/3``). Ops in other scopes get the first scope as their
+  *group* (``embed``, ``head``), and ops at the root get ``""`` (unlabelled).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["StackInfo", "parse_stack", "Labels", "label_ops"]
+
+_WRAPPERS = frozenset({"jvp", "transpose", "vmap", "remat", "checkpoint", "jit", "pjit", "xla_call",
+                       "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map", "pmap",
+                       "xmap", "named_call", "core_call", "closed_call", "cond", "while", "scan"})
+_WRAP_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$", re.S)
+_INDEXED_RE = re.compile(r"^(.*?[A-Za-z_.\-])(\d+)$")
+_STEM_RE = re.compile(r"\d+$")
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """What a name stack says about its op: ``group`` key, whether it is an indexed layer, backward."""
+
+    group: str
+    is_layer: bool
+    backward: bool
+
+
+_ROOT = StackInfo("", False, False)
+
+
+def _split(name: str) -> list[str]:
+    parts = name.split("/")
+    if "(" not in name:
+        return parts
+    out: list[str] = []
+    depth = 0
+    for p in parts:
+        if depth > 0:
+            out[-1] += "/" + p
+        else:
+            out.append(p)
+        depth += p.count("(") - p.count(")")
+        depth = max(depth, 0)
+    return out
+
+
+def _unwrap(component: str) -> str:
+    while True:
+        m = _WRAP_RE.match(component)
+        if not m or m.group(1) not in _WRAPPERS:
+            return component
+        component = m.group(2)
+
+
+def parse_stack(name: str) -> StackInfo:
+    """Group, layer-ness and direction of one op's name stack (see module docstring)."""
+    if not name:
+        return _ROOT
+    backward = "transpose(" in name
+    parts = _split(name)
+    if len(parts) > 1 and _WRAP_RE.match(parts[0]):
+        parts = parts[1:]
+    scopes = [s for s in (_unwrap(p) for p in parts[:-1]) if s]
+    for i, s in enumerate(scopes):
+        if s.isdigit() and i > 0:
+            return StackInfo("/".join(scopes[: i + 1]), True, backward)
+        if _INDEXED_RE.match(s):
+            return StackInfo("/".join(scopes[: i + 1]), True, backward)
+    return StackInfo(scopes[0] if scopes else "", False, backward)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Per-op labels from name stacks.
+
+    ``group``: id of the op's scope group (-1 = unlabelled root op), ``group_names`` their keys;
+    ``layer``: repeated-layer id (-1 = none; numbered in order of first appearance); ``backward``.
+    A layer is a group whose key ends in an index and whose stem occurs with at least two indices.
+    """
+
+    group: np.ndarray
+    group_names: tuple[str, ...]
+    layer: np.ndarray
+    layer_names: tuple[str, ...]
+    backward: np.ndarray
+
+
+def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
+    """Labels of every op from its location name.
+
+    The group depends only on the scopes (all components but the last), and thousands of ops share
+    a scope path, so parsing is cached per scope path; ``backward`` is a substring test per op.
+    """
+    cache: dict[str, StackInfo] = {}
+    infos = []
+    for nm in names:
+        cut = nm.rfind("/")
+        last = nm[cut + 1:]
+        if cut < 0 or ("(" in last and last.count("(") != last.count(")")):
+            infos.append(parse_stack(nm))  # no scopes, or a '/' inside parentheses: parse it whole
+            continue
+        prefix = nm[:cut]
+        info = cache.get(prefix)
+        if info is None:
+            info = cache[prefix] = parse_stack(prefix + "/_")
+        if "transpose(" in nm and not info.backward:
+            info = StackInfo(info.group, info.is_layer, True)
+        infos.append(info)
+    group_ids: dict[str, int] = {}
+    is_layer: list[bool] = []
+    group = np.full(len(infos), -1, np.int32)
+    backward = np.fromiter((info.backward for info in infos), bool, len(infos))
+    for i, info in enumerate(infos):
+        if info.group:
+            g = group_ids.get(info.group)
+            if g is None:
+                g = group_ids[info.group] = len(group_ids)
+                is_layer.append(info.is_layer)
+            group[i] = g
+    group_names = tuple(group_ids)
+    # a layer needs a sibling: the same stem with another index (layer3 and layer4, h/0 and h/1)
+    stems: dict[str, int] = {}
+    for key, lay in zip(group_names, is_layer, strict=True):
+        if lay:
+            stems[_STEM_RE.sub("#", key)] = stems.get(_STEM_RE.sub("#", key), 0) + 1
+    layer_of_group = np.full(len(group_names), -1, np.int32)
+    layer_names: list[str] = []
+    for g in _first_forward_order(group, backward, len(group_names)):
+        key = group_names[g]
+        if is_layer[g] and stems[_STEM_RE.sub("#", key)] >= 2:
+            layer_of_group[g] = len(layer_names)
+            layer_names.append(key)
+    layer = np.full(len(infos), -1, np.int32)
+    if len(group_names):
+        layer = np.where(group >= 0, layer_of_group[np.maximum(group, 0)], -1).astype(np.int32)
+    return Labels(group, group_names, layer, tuple(layer_names), backward)
+
+
+def _first_forward_order(group: np.ndarray, backward: np.ndarray, n_groups: int) -> list[int]:
+    """Group ids ordered by their first forward op (backward-only groups after, by first op)."""
+    first = np.full(n_groups, np.iinfo(np.int64).max, np.int64)
+    idx = np.arange(len(group))
+    fwd = (group >= 0) & ~backward
+    np.minimum.at(first, group[fwd], idx[fwd])
+    anyop = np.full(n_groups, np.iinfo(np.int64).max, np.int64)
+    sel = group >= 0
+    np.minimum.at(anyop, group[sel], idx[sel])
+    key = np.where(first < np.iinfo(np.int64).max, first, len(group) + anyop)
+    return [int(g) for g in np.argsort(key, kind="stable")]

@@ -1,0 +1,174 @@
+"""A partition of a DAG's nodes into groups whose quotient graph stays a DAG — by construction.
+
+Coarsening merges operators into groups; a careless merge creates a cycle between groups (A feeds B
+and B feeds A), and a graph with a cycle cannot be scheduled or pipelined. :class:`Partition`
+maintains the quotient graph (group predecessor/successor sets) and a *position* per group that is
+always a valid topological order of the quotient, and offers only merges that provably keep it
+acyclic:
+
+* :meth:`absorb` merges a group into its **earliest successor** or its **latest predecessor** (its
+  unique consumer or producer being special cases). No path can leave the merged group and come back:
+  a return path would have to run backwards in the topological order. The merged group takes the
+  absorbing group's position, which keeps the positions a valid topological order.
+* :meth:`contract` merges an arbitrary set of groups only when the set is **convex** (no outside group
+  is both reachable from it and reaches it); contracting a convex set of a DAG gives a DAG. The
+  positions inside the set's window are then reordered (its ancestors, the set, the rest), which
+  keeps them a valid topological order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+__all__ = ["Partition"]
+
+
+class Partition:
+    """Groups over nodes ``0..n-1`` of a DAG given by unique edges ``(src, dst)`` with ``src < dst``.
+
+    ``label[g]`` is a free-form tag per group kept by the caller (e.g. ``(scope id, backward)``).
+    """
+
+    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray) -> None:
+        self.n = n
+        self.parent = list(range(n))
+        self.members: dict[int, list[int]] = {i: [i] for i in range(n)}
+        self.succs: dict[int, set[int]] = {i: set() for i in range(n)}
+        self.preds: dict[int, set[int]] = {i: set() for i in range(n)}
+        for s, d in zip(src.tolist(), dst.tolist(), strict=True):
+            if s != d:
+                self.succs[s].add(d)
+                self.preds[d].add(s)
+        self.pos: dict[int, int] = {i: i for i in range(n)}
+
+    # --------------------------------------------------------------------------- queries
+    def find(self, i: int) -> int:
+        root = i
+        parent = self.parent
+        while parent[root] != root:
+            root = parent[root]
+        while parent[i] != root:
+            parent[i], i = root, parent[i]
+        return root
+
+    @property
+    def groups(self) -> list[int]:
+        """Current group ids in position (topological) order."""
+        return sorted(self.members, key=self.pos.__getitem__)
+
+    def earliest_succ(self, g: int) -> int | None:
+        s = self.succs[g]
+        return min(s, key=self.pos.__getitem__) if s else None
+
+    def latest_pred(self, g: int) -> int | None:
+        p = self.preds[g]
+        return max(p, key=self.pos.__getitem__) if p else None
+
+    # ---------------------------------------------------------------------------- merges
+    def _merge(self, x: int, y: int) -> None:
+        """Fold group ``x`` into group ``y`` (y keeps its id and position). Callers check safety."""
+        succs, preds = self.succs, self.preds
+        for p in preds.pop(x):
+            succs[p].discard(x)
+            if p != y:
+                succs[p].add(y)
+                preds[y].add(p)
+        for s in succs.pop(x):
+            preds[s].discard(x)
+            if s != y:
+                preds[s].add(y)
+                succs[y].add(s)
+        preds[y].discard(x)
+        succs[y].discard(x)
+        self.parent[x] = y
+        self.members[y].extend(self.members.pop(x))
+        del self.pos[x]
+
+    def absorb_targets(self, g: int) -> list[int]:
+        """Groups that ``g`` can safely be merged into, in order of preference (see module docstring).
+
+        Its earliest successor and its latest predecessor are always safe: a path leaving the merged
+        group and coming back would have to run against the topological order. The unique consumer
+        or producer (a special case of those) comes first, then consumers before producers.
+        """
+        s, p = self.succs[g], self.preds[g]
+        first_succ = self.earliest_succ(g)
+        last_pred = self.latest_pred(g)
+        order = []
+        if len(s) == 1:
+            order.append(first_succ)
+        if len(p) == 1:
+            order.append(last_pred)
+        if not p and first_succ is not None:
+            order.append(first_succ)
+        if last_pred is not None:
+            order.append(last_pred)
+        if first_succ is not None:
+            order.append(first_succ)
+        return list(dict.fromkeys(order))
+
+    def absorb(self, g: int, target: int) -> None:
+        """Merge ``g`` into ``target``, which must be one of :meth:`absorb_targets` of ``g``."""
+        self._merge(g, target)
+
+    def convex_closure(self, groups: Iterable[int]) -> tuple[set[int], set[int]]:
+        """``(S, violators)``: groups outside ``S`` that lie on a path from ``S`` back into ``S``."""
+        S = set(groups)
+        pos = self.pos
+        lo = min(pos[g] for g in S)
+        hi = max(pos[g] for g in S)
+        fwd: set[int] = set()
+        stack = list(S)
+        while stack:
+            g = stack.pop()
+            for s in self.succs[g]:
+                if s not in S and s not in fwd and pos[s] < hi:
+                    fwd.add(s)
+                    stack.append(s)
+        back: set[int] = set()
+        stack = list(S)
+        while stack:
+            g = stack.pop()
+            for p in self.preds[g]:
+                if p not in S and p not in back and pos[p] > lo:
+                    back.add(p)
+                    stack.append(p)
+        return S, fwd & back
+
+    def contract(self, groups: Iterable[int]) -> int:
+        """Merge a convex set of groups into one (the caller checked :meth:`convex_closure`)."""
+        S = sorted(set(groups), key=self.pos.__getitem__)
+        if len(S) == 1:
+            return S[0]
+        pos = self.pos
+        lo, hi = pos[S[0]], pos[S[-1]]
+        Sset = set(S)
+        # ancestors of S inside the window must stay before it; everything else goes after it
+        anc: set[int] = set()
+        stack = list(S)
+        while stack:
+            g = stack.pop()
+            for p in self.preds[g]:
+                if p not in Sset and p not in anc and pos[p] > lo:
+                    anc.add(p)
+                    stack.append(p)
+        window = sorted((g for g in pos if lo <= pos[g] <= hi), key=pos.__getitem__)
+        slots = [pos[g] for g in window]
+        head = S[0]
+        order = [g for g in window if g in anc] + [head] + [g for g in window if g not in anc and g not in Sset]
+        for g in S[1:]:
+            self._merge(g, head)
+        for g, slot in zip(order, slots, strict=False):
+            pos[g] = slot
+        return head
+
+    def assignment(self) -> tuple[np.ndarray, list[int]]:
+        """``(node -> group index, groups in order)``: group indices follow the topological positions."""
+        order = self.groups
+        index = {g: i for i, g in enumerate(order)}
+        out = np.empty(self.n, np.int64)
+        for g in order:
+            out[self.members[g]] = index[g]
+        return out, order

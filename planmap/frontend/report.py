@@ -1,0 +1,71 @@
+"""What ``planmap inspect`` shows about a model: a plain, JSON-friendly summary of an OpGraph.
+
+Kept apart from the CLI so that notebooks and tests get the same numbers the command prints.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from planmap.graph import OpGraph
+
+__all__ = ["inspect_graph"]
+
+
+def _share(x: float, total: float) -> float:
+    return float(x / total) if total > 0 else 0.0
+
+
+def inspect_graph(graph: OpGraph, *, top: int = 10, coarse: dict[str, OpGraph] | None = None) -> dict[str, Any]:
+    """Summary of ``graph``: op counts, FLOPs, bytes, heaviest ops and layers, coarsened sizes.
+
+    ``coarse`` maps level names (``fuse``, ``layers``) to coarsened graphs; computed when omitted.
+    """
+    from planmap.frontend.coarsen import coarsen
+
+    if coarse is None:
+        coarse = {level: coarsen(graph, level) for level in ("fuse", "layers")}
+    total = graph.total_flops
+    param_bytes = int(sum(graph.value_bytes[a.value] for a in graph.args if a.role == "param"))
+    data_bytes = int(sum(graph.value_bytes[a.value] for a in graph.args if a.role != "param"))
+    counts = Counter(graph.kind)
+    heaviest = np.argsort(-graph.flops, kind="stable")[:top]
+    layers_graph = coarse.get("layers")
+    layers = []
+    if layers_graph is not None:
+        order = np.argsort(-layers_graph.flops, kind="stable")[:top]
+        layers = [{"node": int(i), "name": layers_graph.op_name[i], "kind": layers_graph.kind[i],
+                   "layer": int(layers_graph.layer[i]), "backward": bool(layers_graph.backward[i]),
+                   "ops": int(layers_graph.members_indptr[i + 1] - layers_graph.members_indptr[i]),
+                   "flops": float(layers_graph.flops[i]), "share": _share(float(layers_graph.flops[i]), total)}
+                  for i in order]
+    return {
+        "name": graph.name,
+        "format": graph.meta.get("format"),
+        "ops": graph.num_nodes,
+        "values": graph.num_values,
+        "edges": graph.num_edges,
+        "flops": total,
+        "bytes_accessed": float(graph.bytes_accessed.sum()),
+        "parameter_bytes": param_bytes,
+        "data_bytes": data_bytes,
+        "activation_bytes": int(graph.out_bytes.sum()),
+        "constant_bytes": int(graph.state_bytes.sum()),
+        "arguments": [{"index": a.index, "name": a.name, "type": str(a.type), "role": a.role} for a in graph.args],
+        "op_counts": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "heaviest_ops": [{"node": int(i), "kind": graph.kind[i], "name": graph.op_name[i], "dtype": graph.dtype[i],
+                          "flops": float(graph.flops[i]), "bytes": float(graph.bytes_accessed[i]),
+                          "share": _share(float(graph.flops[i]), total)} for i in heaviest],
+        "heaviest_layers": layers,
+        "coarsened": {level: {"nodes": g.num_nodes, **{k: v for k, v in g.meta.get("coarsening", {}).items()
+                                                        if k in ("repeated_layers", "method", "not_convex")}}
+                      for level, g in coarse.items()},
+        "backward_ops": int(graph.backward.sum()),
+        "unknown_op_kinds": dict(graph.meta.get("unknown_ops", {})),
+        "loops": list(graph.meta.get("loops", [])),
+        "shardings": graph.meta.get("shardings", {}),
+        "measured_devices": sorted(graph.measured),
+    }
