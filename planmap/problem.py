@@ -307,6 +307,27 @@ def _pins(spec, graph: OpGraph, original: OpGraph, topo: Topology, allowed: np.n
         allowed[nodes] &= mask
 
 
+AUTO_MIN_NODES_PER_DEVICE = 3  # granularity the solvers need to balance stages well
+AUTO_MAX_NODES = 2000  # beyond this, exact solvers slow down a lot
+
+
+def _coarsen(frontend: Any, original: OpGraph, level: str, topo: Topology) -> OpGraph:
+    """Coarsen ``original``; ``auto`` picks the coarsest level (layers, fused ops, ops) that still gives
+    the solvers a few nodes per device, and never a finer one than they can handle."""
+    if level != "auto":
+        return frontend.coarsen(original, level)
+    devices = max(1, len(topo.accelerators) or topo.num_devices)
+    choice = None
+    for lvl in ("layers", "fuse", "none"):
+        g = frontend.coarsen(original, lvl)
+        if g.num_nodes > AUTO_MAX_NODES and choice is not None:
+            break
+        choice = g
+        if g.num_nodes >= AUTO_MIN_NODES_PER_DEVICE * devices:
+            break
+    return choice
+
+
 def _microbatches(model: Any, graph: OpGraph, topo: Topology) -> int:
     """Microbatches per step: the spec's number, or for ``auto`` globalBatch / the artifact's batch size
     (else twice the number of pipeline devices). The artifact is exported at the microbatch size."""
@@ -334,7 +355,7 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
     original = graph if graph is not None else frontend.load_model(
         spec.model_path, format=str(model.format), arguments=model.arguments, entry=model.entry,
         loop_trip_count=model.loop_trip_count)
-    coarse = frontend.coarsen(original, str(body.constraints.coarsening))
+    coarse = _coarsen(frontend, original, str(body.constraints.coarsening), topo)
     mode = str(model.mode)
     cost = CostModel.build(coarse, topo, mode=mode, optimizer=str(model.optimizer),
                            kernels=_kernels(coarse, original))

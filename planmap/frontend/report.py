@@ -24,7 +24,7 @@ def inspect_graph(graph: OpGraph, *, top: int = 10, coarse: dict[str, OpGraph] |
 
     ``coarse`` maps level names (``fuse``, ``layers``) to coarsened graphs; computed when omitted.
     """
-    from planmap.frontend.coarsen import coarsen
+    from planmap.frontend.coarsening import coarsen
 
     if coarse is None:
         coarse = {level: coarsen(graph, level) for level in ("fuse", "layers")}
