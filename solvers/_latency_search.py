@@ -1,0 +1,97 @@
+"""Large-neighbourhood search on a translated latency IP: the anytime half of the latency solver.
+
+On graphs of hundreds of nodes the full MIP's branch and bound rarely improves a good warm start
+within minutes (its LP bound is weak, as the paper notes). Re-solving it with most nodes fixed where
+the incumbent has them is fast (HiGHS presolve removes the fixed part) and finds the moves a
+local search cannot: whole regions rearranged across devices and subgraphs at once. Bounds of
+these restricted solves are not bounds of the problem, so only the full MIP's bound is reported.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from planmap.evaluate import evaluate
+from planmap.problem import Problem, Solution, SolveOptions
+
+from ._latency_data import LatencyData
+
+__all__ = ["neighbourhood_search", "unit_of"]
+
+
+def _neighbourhood(dt: LatencyData, unit_of: np.ndarray, r: int) -> np.ndarray:
+    """Nodes set free in round ``r``: alternately a window of the topological order (sliding by half
+    a window) and every node of two devices."""
+    n = dt.n
+    free = np.zeros(n, bool)
+    w = max(20, min(120, n // 4))
+    if r % 2 == 0:
+        starts = list(range(0, max(1, n - w // 2), w // 2))
+        a = starts[(r // 2) % len(starts)]
+        free[a: a + w] = True
+        return free
+    dev = dt.unit_dev[unit_of]
+    used = np.unique(dev)
+    pairs = [(a, b) for i, a in enumerate(used) for b in used[i + 1:]] or [(used[0], used[0])]
+    a, b = pairs[(r // 2) % len(pairs)]
+    free[(dev == a) | (dev == b)] = True
+    return free
+
+
+def neighbourhood_search(session, model, problem: Problem, incumbent: Solution, options: SolveOptions,
+                         bound: float | None, t0: float) -> tuple[Solution, str, bool]:
+    """Improve ``incumbent`` until the time limit by re-solving the MIP with most nodes fixed where
+    they are (large-neighbourhood search). Sub-MIP bounds are not global bounds: progress reports
+    keep the full MIP's ``bound``."""
+    from .latency_ip import extract, load_warm_start
+
+    dt: LatencyData = model.data
+    x_of = [[] for _ in range(dt.n)]
+    for (v, _), var in model.x.items():
+        x_of[v].append(var)
+    best, best_val = incumbent, evaluate(problem, incumbent).objective
+    progress = options.progress
+
+    reported = [best_val]
+
+    def report(*, elapsed, incumbent, bound=None, message=""):
+        if progress is not None and incumbent is not None and incumbent < reported[0] * (1 - 1e-9):
+            reported[0] = incumbent
+            progress(elapsed=elapsed, incumbent=incumbent, bound=bound_s, message="neighbourhood search")
+
+    bound_s = bound
+    rounds = improved = 0
+    deadline = t0 + options.time_limit
+    while deadline - time.perf_counter() > 2.0:
+        if not load_warm_start(model, problem, best):
+            break
+        free = _neighbourhood(dt, unit_of(model), rounds)
+        fixed = [var for v in np.flatnonzero(~free) for var in x_of[v]]
+        session.restrict(fixed, [round(var.value) for var in fixed])
+        budget = min(deadline - time.perf_counter(), max(4.0, 0.08 * options.time_limit))
+        try:
+            res = session.run(replace(options, time_limit=budget, rel_gap=0.0, progress=report), warm_start=True,
+                              scale=model.time_unit, t0=t0)
+        finally:
+            session.release(fixed)
+        rounds += 1
+        if res.has_solution:
+            sol = extract(model, problem)
+            ev = evaluate(problem, sol)
+            if ev.feasible and ev.objective < best_val * (1 - 1e-9):
+                best, best_val, improved = sol, ev.objective, improved + 1
+        if res.interrupted:
+            return best, f"neighbourhood search: {improved} improvement(s) in {rounds} round(s), interrupted", True
+    return best, f"neighbourhood search: {improved} improvement(s) in {rounds} round(s)", False
+
+
+def unit_of(model) -> np.ndarray:
+    """Unit of each node in the model's current values (the largest x of the node)."""
+    dt: LatencyData = model.data
+    val = np.full((dt.n, dt.num_units), -1.0)
+    for (v, w), var in model.x.items():
+        val[v, w] = var.value if var.value is not None else 0.0
+    return val.argmax(axis=1)

@@ -1,0 +1,629 @@
+"""Provably optimal single-stream latency placement: the integer program of Tarnawski et al. (2020).
+
+The model is the paper's latency IP (§4 and Appendix A: nodes on CPU cores or on up to ``q``
+contiguous subgraphs per accelerator, subgraphs as atomic calls that receive, compute and send;
+convexity by a predecessor-closed cover ``z``; start/finish times linked by big-M rows) generalised
+to exactly what :func:`planmap.evaluate.evaluate` defines, so the optimum it proves is the
+evaluator's optimum:
+
+* charges come from the cluster's :class:`~planmap.cost.CostModel`: a subgraph pays what it
+  receives once per value, and what it sends once per value at the most expensive destination; a
+  value crossing between two subgraphs of one host-memory device is paid at both ends. When a
+  value's charge does not depend on where the other end is (the paper's setting: one ``c_u``),
+  the paper's rows are used as they are; otherwise the charge is the maximum over "levels" of
+  where the other end may be;
+* CPU nodes run in parallel along independent paths; what a CPU node pays to receive is a delay;
+* memory per device is evaluate's: distinct parameters x ``param_factor`` + state (+ stash in
+  training) + the largest working set;
+* pins and unsupported ops (``problem.allowed``), colocation classes.
+
+Strength before brute force: times are bounded by a horizon (the best baseline's latency, so
+every big-M is tight and the search never leaves the region that beats the warm start), node
+finish times are bounded below by min-time longest paths, identical devices are ordered by their
+first node and empty subgraphs come last (symmetry breaking), and the MIP starts from the best
+baseline the registry has. The graph is the problem's graph, which is already coarsened; the
+solution's assignment is per coarse node, which ``graph.members`` maps back to every op.
+
+``build_model`` → ``load_warm_start`` → ``solve`` → ``extract``; :class:`LatencyIP` runs them, then
+improves the incumbent by large-neighbourhood search (:mod:`._latency_search`) when the time limit
+stops the full MIP. The model's data and the warm start's baselines come from :mod:`._latency_data`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from planmap.errors import InfeasibleError, PlanmapError
+from planmap.evaluate import evaluate
+from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status, relative_gap
+
+from . import _mip
+from ._latency_data import (
+    BASELINES,
+    LatencyData,
+    best_baseline,
+    charge_levels,
+    interchangeable_devices,
+    prepare,
+)
+from ._latency_search import neighbourhood_search, unit_of
+
+__all__ = ["LatencyIP", "LatencyData", "prepare", "build_model", "load_warm_start", "solve", "extract",
+           "best_baseline", "interchangeable_devices", "neighbourhood_search", "BASELINES"]
+
+VERSION = "1"
+LNS_MIN_NODES = 60  # below this the MIP alone is fast enough
+LNS_SHARE = 0.5  # share of the time the full MIP gets before neighbourhood search takes over
+MEMORY_MARGIN = 1e-6  # share of each device's memory kept free of backend tolerances
+
+
+# -------------------------------------------------------------------------------------- model
+def build_model(problem: Problem, *, horizon: float | None = None, data: LatencyData | None = None):
+    """The latency IP of ``problem`` as a Pyomo ``ConcreteModel`` (times in ``model.time_unit`` s).
+
+    ``horizon`` (seconds) caps the latency (usually the warm start's): the optimum is kept as long as
+    some placement reaches it, and every big-M shrinks to it.
+    """
+    import pyomo.environ as pyo
+    from pyomo.core.expr.numeric_expr import LinearExpression
+
+    dt = data if data is not None else prepare(problem, horizon)
+    n, S, U, D = dt.n, dt.num_slots, dt.num_units, problem.num_devices
+    H = dt.horizon
+    unit_dev = dt.unit_dev
+    units_on = [np.flatnonzero(unit_dev == d) for d in range(D)]
+    xs = dt.allowed[:, unit_dev]  # (n, U) x exists
+    src, dst = dt.edges
+    m = pyo.ConcreteModel(name=f"latency-ip:{problem.name}")
+    m.time_unit = dt.unit
+    m.data = dt
+
+    def lin(coefs, vars_, const=0.0):
+        return LinearExpression(constant=const, linear_coefs=list(coefs), linear_vars=list(vars_))
+
+    # ---------------------------------------------------------------------------------- Sets
+    m.N = pyo.RangeSet(0, n - 1, doc="nodes of the (coarsened) graph, in topological order")
+    m.U = pyo.RangeSet(0, U - 1, doc="units: accelerator subgraph slots, then one per CPU device")
+    m.S = pyo.RangeSet(0, S - 1, doc="accelerator subgraph slots (q per accelerator, run in order)")
+    m.V = pyo.RangeSet(0, len(dt.val_prod) - 1, doc="values some other node consumes")
+    m.XI = pyo.Set(dimen=2, initialize=[(int(v), int(w)) for v, w in zip(*np.nonzero(xs), strict=True)],
+                   doc="(node, unit) pairs allowed by support and pins")
+    m.E = pyo.RangeSet(0, len(src) - 1, doc="node edges (producer, consumer)")
+    m.P = pyo.RangeSet(0, len(dt.pair_val) - 1, doc="uses (value, consumer node)")
+    V = len(dt.val_prod)
+    cons_allowed = np.zeros((V, D), bool)
+    np.logical_or.at(cons_allowed, dt.pair_val, dt.allowed[dt.pair_cons])
+    slot_dev = unit_dev[:S]
+    in_pairs = [(int(j), int(s)) for j, s in zip(*np.nonzero(cons_allowed[:, slot_dev]), strict=True)]
+    out_pairs = [(int(j), int(s)) for j, s in zip(*np.nonzero(dt.allowed[dt.val_prod][:, slot_dev]), strict=True)]
+    m.CI = pyo.Set(dimen=2, initialize=in_pairs, doc="(value, slot): the value may enter the slot")
+    m.CO = pyo.Set(dimen=2, initialize=out_pairs, doc="(value, slot): the value may leave the slot")
+    mem_devs = [d for d in range(D) if math.isfinite(dt.capacity[d])]
+    m.M = pyo.Set(initialize=mem_devs, doc="devices with a memory limit")
+
+    # -------------------------------------------------------------------------------- Params
+    m.horizon = pyo.Param(initialize=H, doc="latency upper bound (warm start), model time units")
+    m.mem_limit = pyo.Param(m.M, initialize=1.0 - MEMORY_MARGIN, mutable=True,
+                            doc="usable share of each device's memory")
+
+    # ---------------------------------------------------------------------------------- Vars
+    m.x = pyo.Var(m.XI, domain=pyo.Binary, doc="node runs on unit")
+    m.T = pyo.Var(bounds=(float(dt.head.max()) if n else 0.0, H), doc="latency")
+    m.lat = pyo.Var(m.N, bounds=lambda m, v: (float(dt.head[v]), H), doc="finish time of each node")
+    m.start = pyo.Var(m.S, bounds=(0, H), doc="start of each subgraph call")
+    m.fin = pyo.Var(m.S, bounds=(0, H), doc="finish of each subgraph call")
+    m.z = pyo.Var(m.N, m.S, bounds=(0, 1), doc="predecessor-closed cover of a subgraph (convexity)")
+    m.cin = pyo.Var(m.CI, bounds=(0, 1), doc="value enters the subgraph")
+    m.cout = pyo.Var(m.CO, bounds=(0, 1), doc="value leaves the subgraph")
+
+    def x(v, w):
+        return m.x[v, w] if xs[v, w] else None
+
+    def y_terms(v, d, exclude=-1):
+        """Terms of 'node v runs on device d' (optionally not counting unit ``exclude``)."""
+        return [m.x[v, w] for w in units_on[d] if xs[v, w] and w != exclude]
+
+    # charges per (value, slot): uniform -> coefficient on cin/cout; else level rows on R/O
+    cons_of = [[] for _ in range(V)]
+    for i, (j, c) in enumerate(zip(dt.pair_val.tolist(), dt.pair_cons.tolist(), strict=True)):
+        cons_of[j].append((i, c))
+    recv_c, send_c, recv_lv, send_lv = {}, {}, {}, {}
+    for j, s in in_pairs:
+        d = int(unit_dev[s])
+        where = dt.allowed[int(dt.val_prod[j])].copy()
+        where[d] &= dt.q > 1
+        c, lv = charge_levels(dt.recv[j, :, d], where)
+        if c is not None:
+            recv_c[j, s] = c
+        else:
+            recv_lv[j, s] = lv
+    for j, s in out_pairs:
+        d = int(unit_dev[s])
+        where = cons_allowed[j].copy()
+        where[d] &= dt.q > 1
+        c, lv = charge_levels(dt.send[j, d, :], where)
+        if c is not None:
+            send_c[j, s] = c
+        else:
+            send_lv[j, s] = lv
+    m.R = pyo.Var(sorted(recv_lv), bounds=(0, None), doc="receive charge (charges depend on the sender)")
+    m.O = pyo.Var(sorted(send_lv), bounds=(0, None), doc="send charge (charges depend on the receivers)")
+    cpu_units = list(range(S, U))
+    delay_c, delay_lv = {}, {}
+    for i in range(len(dt.pair_val)):
+        j, v = int(dt.pair_val[i]), int(dt.pair_cons[i])
+        p = int(dt.val_prod[j])
+        for w in cpu_units:
+            if not xs[v, w]:
+                continue
+            c, lv = charge_levels(dt.recv[j, :, unit_dev[w]], dt.allowed[p].copy())
+            if c is not None and c > 0:
+                delay_c[i, w] = c
+            elif c is None:
+                delay_lv[i, w] = lv
+    m.delay = pyo.Var(sorted({i for i, _ in delay_lv}), bounds=(0, None), doc="receive delay of a CPU node")
+    m.levels = {"recv": recv_lv, "send": send_lv, "delay": delay_lv}
+    has_params = len(dt.param_use[0]) > 0 and any(dt.param_bytes[np.unique(dt.param_use[0])] > 0)
+    pm_index = sorted({(int(p), d) for p in np.unique(dt.param_use[0]) for d in mem_devs}) if has_params else []
+    m.pm = pyo.Var(pm_index, bounds=(0, 1), doc="parameter held by device")
+    m.ws = pyo.Var(m.M, bounds=(0, None), doc="largest working set on device (share of memory)")
+
+    # --------------------------------------------------------------------------- Constraints
+    m.assign = pyo.Constraint(m.N, doc="every node runs on exactly one unit",
+                              rule=lambda m, v: (1, lin([1.0] * int(xs[v].sum()), [m.x[v, w] for w in np.flatnonzero(xs[v])]), 1))
+
+    coloc_idx = [(a, b, d) for a, b in dt.colocated for d in range(D)
+                 if len(y_terms(a, d)) + len(y_terms(b, d)) > 0]
+
+    def _coloc(m, a, b, d):
+        ta, tb = y_terms(a, d), y_terms(b, d)
+        return (0, lin([1.0] * len(ta) + [-1.0] * len(tb), ta + tb), 0)
+    m.colocation = pyo.Constraint(coloc_idx, rule=_coloc, doc="a colocation class shares one device")
+
+    def _pm(m, i, d):
+        p, v = int(dt.param_use[0][i]), int(dt.param_use[1][i])
+        tv = y_terms(v, d)
+        return lin([1.0] + [-1.0] * len(tv), [m.pm[p, d]] + tv) >= 0 if tv else pyo.Constraint.Skip
+    m.param_held = pyo.Constraint(range(len(dt.param_use[0])) if has_params else [], m.M, rule=_pm,
+                                  doc="a device holds every parameter its nodes use")
+
+    def _ws(m, v, d):
+        tv = y_terms(v, d)
+        c = dt.working_set[v] / dt.capacity[d]
+        if c <= 0 or not tv:
+            return pyo.Constraint.Skip
+        return lin([1.0] + [-c] * len(tv), [m.ws[d]] + tv) >= 0
+    m.working_set = pyo.Constraint(m.N, m.M, rule=_ws, doc="the largest working set of a device's nodes")
+
+    def _memory(m, d):
+        coefs, vs = [], []
+        for v in range(n):
+            if dt.node_mem[v] > 0:
+                for w in units_on[d]:
+                    if xs[v, w]:
+                        coefs.append(dt.node_mem[v] / dt.capacity[d])
+                        vs.append(m.x[v, w])
+        if has_params:
+            for p in np.unique(dt.param_use[0]).tolist():
+                coefs.append(dt.param_bytes[p] / dt.capacity[d])
+                vs.append(m.pm[p, d])
+        coefs.append(1.0)
+        vs.append(m.ws[d])
+        return lin(coefs, vs) <= m.mem_limit[d]
+    m.memory = pyo.Constraint(m.M, rule=_memory, doc="parameters + state + largest working set fit the device")
+
+    def _cover(m, v, s):
+        return lin([1.0, -1.0], [m.z[v, s], m.x[v, s]]) >= 0 if xs[v, s] else pyo.Constraint.Skip
+    m.convex_cover = pyo.Constraint(m.N, m.S, rule=_cover, doc="the cover contains the subgraph")
+    m.convex_closed = pyo.Constraint(m.E, m.S, doc="the cover is closed under predecessors",
+                                     rule=lambda m, e, s: lin([1.0, -1.0], [m.z[int(src[e]), s], m.z[int(dst[e]), s]]) >= 0)
+
+    def _exit(m, e, s):
+        a, b = int(src[e]), int(dst[e])
+        if not xs[a, s]:
+            return pyo.Constraint.Skip
+        terms = [m.z[b, s], m.x[a, s]] + ([m.x[b, s]] if xs[b, s] else [])
+        return lin([1.0, 1.0] + ([-1.0] if xs[b, s] else []), terms) <= 1
+    m.convex_exit = pyo.Constraint(m.E, m.S, rule=_exit, doc="no path leaves the subgraph and comes back")
+
+    def _flag(into: bool):
+        def rule(m, i, s):
+            j, c = int(dt.pair_val[i]), int(dt.pair_cons[i])
+            p = int(dt.val_prod[j])
+            inside, outside = (x(c, s), x(p, s)) if into else (x(p, s), x(c, s))
+            if inside is None:
+                return pyo.Constraint.Skip
+            flag = m.cin[j, s] if into else m.cout[j, s]
+            return lin([1.0, -1.0] + ([1.0] if outside is not None else []),
+                       [flag, inside] + ([outside] if outside is not None else [])) >= 0
+        return rule
+    m.enters = pyo.Constraint(m.P, m.S, rule=_flag(True), doc="a value consumed in a subgraph but made elsewhere enters it")
+    m.leaves = pyo.Constraint(m.P, m.S, rule=_flag(False), doc="a value made in a subgraph and consumed elsewhere leaves it")
+
+    def _level_terms(node, s, positions):
+        out = []
+        for a in np.flatnonzero(positions):
+            out += [m.x[node, w] for w in units_on[a] if xs[node, w] and w != s]
+        return out
+
+    recv_rows = [(i, s, k) for (j, s), lv in sorted(recv_lv.items()) for i, _ in cons_of[j] for k in range(len(lv))]
+
+    def _recv_level(m, i, s, k):
+        j, c = int(dt.pair_val[i]), int(dt.pair_cons[i])
+        if not xs[c, s]:
+            return pyo.Constraint.Skip
+        level, pos = recv_lv[j, s][k]
+        terms = _level_terms(int(dt.val_prod[j]), s, pos)
+        return lin([1.0, -level] + [-level] * len(terms), [m.R[j, s], m.x[c, s]] + terms) >= -level
+    m.receive_charge = pyo.Constraint(recv_rows, rule=_recv_level, doc="receive charge at the sender's level")
+    send_rows = [(i, s, k) for (j, s), lv in sorted(send_lv.items()) for i, _ in cons_of[j] for k in range(len(lv))]
+
+    def _send_level(m, i, s, k):
+        j, c = int(dt.pair_val[i]), int(dt.pair_cons[i])
+        p = int(dt.val_prod[j])
+        if not xs[p, s]:
+            return pyo.Constraint.Skip
+        level, pos = send_lv[j, s][k]
+        terms = _level_terms(c, s, pos)
+        return lin([1.0, -level] + [-level] * len(terms), [m.O[j, s], m.x[p, s]] + terms) >= -level
+    m.send_charge = pyo.Constraint(send_rows, rule=_send_level, doc="send charge at the dearest receiver's level")
+    delay_rows = [(i, w, k) for (i, w), lv in sorted(delay_lv.items()) for k in range(len(lv))]
+
+    def _delay_level(m, i, w, k):
+        j, c = int(dt.pair_val[i]), int(dt.pair_cons[i])
+        level, pos = delay_lv[i, w][k]
+        terms = _level_terms(int(dt.val_prod[j]), -1, pos)
+        return lin([1.0, -level] + [-level] * len(terms), [m.delay[i], m.x[c, w]] + terms) >= -level
+    m.cpu_delay = pyo.Constraint(delay_rows, rule=_delay_level, doc="a CPU node waits for what it receives")
+
+    ins = [[] for _ in range(S)]
+    outs = [[] for _ in range(S)]
+    for j, s_ in in_pairs:
+        ins[s_].append(j)
+    for j, s_ in out_pairs:
+        outs[s_].append(j)
+
+    def _duration(m, s):
+        d = int(unit_dev[s])
+        coefs, vs = [1.0, -1.0], [m.fin[s], m.start[s]]
+        for v in np.flatnonzero(xs[:, s]).tolist():
+            coefs.append(-float(dt.t[v, d]))
+            vs.append(m.x[v, s])
+        for j in ins[s]:
+            c = recv_c.get((j, s))
+            if c:
+                coefs.append(-c)
+                vs.append(m.cin[j, s])
+            elif (j, s) in recv_lv:
+                coefs.append(-1.0)
+                vs.append(m.R[j, s])
+        for j in outs[s]:
+            c = send_c.get((j, s))
+            if c:
+                coefs.append(-c)
+                vs.append(m.cout[j, s])
+            elif (j, s) in send_lv:
+                coefs.append(-1.0)
+                vs.append(m.O[j, s])
+        return (0, lin(coefs, vs), 0)
+    m.duration = pyo.Constraint(m.S, rule=_duration, doc="a call receives, computes and sends, one after another")
+
+    def _ready(m, j, s):
+        p = int(dt.val_prod[j])
+        return lin([1.0, -1.0, -H], [m.start[s], m.lat[p], m.cin[j, s]]) >= -H
+    m.ready = pyo.Constraint(m.CI, rule=_ready, doc="a call starts once every value it receives exists")
+
+    def _after_call(m, v, s):
+        if not xs[v, s]:
+            return pyo.Constraint.Skip
+        big = H - float(dt.head[v])
+        return lin([1.0, -1.0, -big], [m.lat[v], m.fin[s], m.x[v, s]]) >= -big
+    m.after_call = pyo.Constraint(m.N, m.S, rule=_after_call, doc="a node on a subgraph finishes with its call")
+
+    def _cpu_terms(v):
+        return [(float(dt.t[v, unit_dev[w]]), m.x[v, w]) for w in cpu_units if xs[v, w]]
+
+    def _after_use(m, i):
+        j, v = int(dt.pair_val[i]), int(dt.pair_cons[i])
+        p = int(dt.val_prod[j])
+        terms = _cpu_terms(v) + [(delay_c[i, w], m.x[v, w]) for w in cpu_units if (i, w) in delay_c]
+        coefs = [1.0, -1.0] + [-c for c, _ in terms] + ([-1.0] if i in m.delay else [])
+        vs = [m.lat[v], m.lat[p]] + [x_ for _, x_ in terms] + ([m.delay[i]] if i in m.delay else [])
+        return lin(coefs, vs) >= 0
+    m.after_use = pyo.Constraint(m.P, rule=_after_use, doc="a node finishes after what it consumes (+ CPU time)")
+    sources = np.setdiff1d(np.arange(n), dst).tolist()
+
+    def _source(m, v):
+        terms = _cpu_terms(v)
+        if not terms:
+            return pyo.Constraint.Skip
+        return lin([1.0] + [-c for c, _ in terms], [m.lat[v]] + [x_ for _, x_ in terms]) >= 0
+    m.source_cpu = pyo.Constraint(sources, rule=_source, doc="a CPU node takes its compute time")
+    m.device_order = pyo.Constraint([s for s in range(S) if dt.slot_pos[s] > 0], doc="calls on a device run in slot order",
+                                    rule=lambda m, s: lin([1.0, -1.0], [m.start[s], m.fin[s - 1]]) >= 0)
+    sinks = np.setdiff1d(np.arange(n), src).tolist()
+    m.makespan = pyo.Constraint(sinks, rule=lambda m, v: lin([1.0, -1.0], [m.T, m.lat[v]]) >= 0,
+                                doc="latency: the last node's finish")
+    m.makespan_call = pyo.Constraint(m.S, rule=lambda m, s: lin([1.0, -1.0], [m.T, m.fin[s]]) >= 0,
+                                     doc="latency: the last call's finish")
+
+    # symmetry: interchangeable devices ordered by their first node; empty slots last
+    sym_pairs = [(cls[k], cls[k + 1]) for cls in dt.classes for k in range(len(cls) - 1)]
+    sym_devs = sorted({d for cls in dt.classes for d in cls})
+    m.used = pyo.Var(m.N, sym_devs, bounds=(0, 1), doc="device runs some node numbered <= v")
+
+    def _used(m, v, d):
+        tv = y_terms(v, d)
+        prev = [m.used[v - 1, d]] if v > 0 else []
+        return lin([1.0] + [-1.0] * (len(prev) + len(tv)), [m.used[v, d]] + prev + tv) <= 0
+    m.first_use = pyo.Constraint(m.N, sym_devs, rule=_used, doc="a device is used once one of its nodes is")
+
+    def _order(m, v, k):
+        d, e = sym_pairs[k]
+        te = y_terms(v, e)
+        if not te or v == 0:
+            return lin([1.0] * len(te), te) <= 0 if te else pyo.Constraint.Skip
+        return lin([1.0] * len(te) + [-1.0], te + [m.used[v - 1, d]]) <= 0
+    m.symmetry = pyo.Constraint(m.N, range(len(sym_pairs)), rule=_order,
+                                doc="identical devices take nodes in order of their first node")
+    later = [s for s in range(S) if dt.slot_pos[s] > 0]
+    m.nonempty = pyo.Var(m.S, bounds=(0, 1), doc="slot holds some node")
+    m.slot_count = pyo.Constraint([s - 1 for s in later], doc="a slot counts as used only with a node",
+                                  rule=lambda m, s: lin([1.0] + [-1.0] * int(xs[:, s].sum()),
+                                                        [m.nonempty[s]] + [m.x[v, s] for v in np.flatnonzero(xs[:, s])]) <= 0)
+
+    def _empty_last(m, v, s):
+        return lin([1.0, -1.0], [m.x[v, s], m.nonempty[s - 1]]) <= 0 if xs[v, s] else pyo.Constraint.Skip
+    m.empty_last = pyo.Constraint(m.N, later, rule=_empty_last, doc="a later slot is used only after the one before")
+
+    # ------------------------------------------------------------------------------- Objective
+    m.latency = pyo.Objective(expr=m.T, sense=pyo.minimize, doc="single-stream latency")
+    return m
+
+
+# ------------------------------------------------------------------------------- warm start
+def _slots_of(problem: Problem, dt: LatencyData, solution: Solution) -> np.ndarray | None:
+    """Unit of each stage of ``solution`` (accelerator stages fill their device's slots in list
+    order; CPU stages map to their device's unit), or None when it needs more than q slots."""
+    S = dt.num_slots
+    unit_of_stage = np.full(solution.num_stages, -1, np.int64)
+    used = {}
+    for k, st in enumerate(solution.stages):
+        d = st.device
+        if problem.topology.is_cpu[d]:
+            unit_of_stage[k] = S + int(np.flatnonzero(dt.unit_dev[S:] == d)[0])
+            continue
+        pos = used.get(d, 0)
+        if pos >= dt.q:
+            return None
+        used[d] = pos + 1
+        unit_of_stage[k] = int(np.flatnonzero((dt.unit_dev[:S] == d) & (dt.slot_pos == pos))[0])
+    return unit_of_stage
+
+
+def canonical(problem: Problem, solution: Solution, classes) -> Solution:
+    """The same placement with interchangeable devices renumbered in order of their first node (what
+    the symmetry-breaking rows require), and unused stages dropped."""
+    sol = solution.compact()
+    dev = sol.node_device()
+    mapping = np.arange(problem.num_devices)
+    for cls in classes:
+        first = {d: (int(np.flatnonzero(dev == d)[0]) if (dev == d).any() else problem.num_nodes, d) for d in cls}
+        for new, old in zip(cls, sorted(cls, key=first.get), strict=True):
+            mapping[old] = new
+    stages = tuple(Stage((int(mapping[s.device]),)) for s in sol.stages)
+    return replace(sol, stages=stages)
+
+
+def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
+    """Set every variable of ``model`` to the values ``solution`` implies (a complete MIP start).
+
+    Returns False, leaving the model untouched, when the solution cannot be a start: infeasible,
+    more than q subgraphs on a device, or slower than the model's horizon.
+    """
+    dt: LatencyData = model.data
+    if any(s.replicas != 1 for s in solution.stages):
+        return False
+    sol = canonical(problem, solution, dt.classes)
+    ev = evaluate(problem, sol)
+    if not ev.feasible or ev.objective / dt.unit > dt.horizon:
+        return False
+    unit_of_stage = _slots_of(problem, dt, sol)
+    if unit_of_stage is None:
+        return False
+    unit_of = unit_of_stage[sol.assignment]
+    n, S, U, u = dt.n, dt.num_slots, dt.num_units, dt.unit
+    X = np.zeros((n, U), bool)
+    X[np.arange(n), unit_of] = True
+    for (v, w), var in model.x.items():
+        var.set_value(float(X[v, w]))
+    model.T.set_value(min(max(ev.objective / u, model.T.lb), model.T.ub))  # float noise at the bounds
+    for v in range(n):
+        model.lat[v].set_value(max(float(ev.node_finish[v]) / u, float(dt.head[v])))
+    stage_of_unit = {int(w): k for k, w in enumerate(unit_of_stage)}
+    prev_fin = 0.0
+    for s in range(S):
+        if dt.slot_pos[s] == 0:
+            prev_fin = 0.0
+        k = stage_of_unit.get(s)
+        st, fi = (ev.stage_start[k] / u, ev.stage_finish[k] / u) if k is not None else (prev_fin, prev_fin)
+        model.start[s].set_value(st)
+        model.fin[s].set_value(fi)
+        prev_fin = fi
+    # convexity cover: the subgraph and its ancestors
+    sindptr, sids = problem.graph.succ
+    Z = X[:, :S].copy()
+    for v in range(n - 1, -1, -1):
+        w = sids[sindptr[v]: sindptr[v + 1]]
+        if len(w):
+            Z[v] |= Z[w].any(axis=0)
+    for (v, s), var in model.z.items():
+        var.set_value(float(Z[v, s]))
+    prod_unit = unit_of[dt.val_prod]
+    cons_units = [set() for _ in range(len(dt.val_prod))]
+    for j, c in zip(dt.pair_val.tolist(), dt.pair_cons.tolist(), strict=True):
+        cons_units[j].add(int(unit_of[c]))
+    for (j, s), var in model.cin.items():
+        var.set_value(float(s in cons_units[j] and prod_unit[j] != s))
+    for (j, s), var in model.cout.items():
+        var.set_value(float(prod_unit[j] == s and bool(cons_units[j] - {s})))
+    ud = dt.unit_dev
+    for (j, s), var in model.R.items():
+        var.set_value(float(dt.recv[j, ud[prod_unit[j]], ud[s]]) if s in cons_units[j] and prod_unit[j] != s else 0.0)
+    for (j, s), var in model.O.items():
+        outs = [float(dt.send[j, ud[s], ud[w]]) for w in cons_units[j] if w != s]
+        var.set_value(max(outs) if prod_unit[j] == s and outs else 0.0)
+    delay_lv = model.levels["delay"]
+    for i, var in model.delay.items():
+        j, c = int(dt.pair_val[i]), int(dt.pair_cons[i])
+        w = int(unit_of[c])
+        var.set_value(float(dt.recv[j, ud[prod_unit[j]], ud[w]]) if (i, w) in delay_lv else 0.0)
+    node_dev = ud[unit_of]
+    for (p, d), var in model.pm.items():
+        var.set_value(float(np.any(node_dev[dt.param_use[1][dt.param_use[0] == p]] == d)))
+    for d in model.M:
+        on = node_dev == d
+        model.ws[d].set_value(float((dt.working_set[on] / dt.capacity[d]).max()) if on.any() else 0.0)
+        model.mem_limit[d] = max(1.0 - MEMORY_MARGIN, float(ev.memory[d] / dt.capacity[d]))
+    for (v, d), var in model.used.items():
+        var.set_value(float((node_dev[: v + 1] == d).any()))
+    for s in range(S):
+        model.nonempty[s].set_value(float(X[:, s].any()))
+    return True
+
+
+# ------------------------------------------------------------------------------ solve/extract
+def solve(model, options: SolveOptions, *, warm_start: bool = False) -> _mip.MipResult:
+    """Run the backend of ``options`` on ``model``; objective values come back in seconds."""
+    return _mip.solve_model(model, options, warm_start=warm_start, scale=model.time_unit)
+
+
+def extract(model, problem: Problem) -> Solution:
+    """The placement held by ``model``'s variables: one stage per used subgraph slot (in start-time
+    order, slot order on each device) and one per used CPU device."""
+    dt: LatencyData = model.data
+    n, S, U = dt.n, dt.num_slots, dt.num_units
+    unit_of_node = unit_of(model)
+    used = np.unique(unit_of_node)
+    ud = dt.unit_dev
+    lat = np.array([model.lat[v].value or 0.0 for v in range(n)])
+
+    def key(w: int):
+        if w < S:
+            return (round(float(model.start[w].value or 0.0), 9), int(ud[w]), int(dt.slot_pos[w]))
+        members = np.flatnonzero(unit_of_node == w)
+        first = float(min(lat[v] - dt.t[v, ud[w]] for v in members))
+        return (round(first, 9), int(ud[w]), 0)
+
+    order = sorted(used.tolist(), key=key)
+    stage_of_unit = np.full(U, -1, np.int64)
+    stage_of_unit[order] = np.arange(len(order))
+    return Solution(stage_of_unit[unit_of_node], tuple(Stage((int(ud[w]),)) for w in order),
+                    Certificate(Status.HEURISTIC, LatencyIP.name, version=VERSION))
+
+
+# ----------------------------------------------------------------------------------- solver
+class LatencyIP:
+    """The exact latency solver: best baseline -> warm-started IP -> placement checked by evaluate."""
+
+    name = "ip"
+    objectives = frozenset({"latency"})
+
+    def solve(self, problem: Problem, options: SolveOptions) -> Solution:
+        if problem.objective != "latency":
+            raise PlanmapError(f"the latency IP solves objective 'latency', but the problem asks for {problem.objective!r}")
+        t0 = time.perf_counter()
+        _mip.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
+        start, start_name, notes = best_baseline(problem, options, options.time_limit)
+        start_latency = evaluate(problem, start).objective if start is not None else None
+        if start is not None and any(n.startswith("interrupted") for n in notes):
+            return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
+        tb = time.perf_counter()
+        try:
+            model = build_model(problem, horizon=start_latency)
+        except KeyboardInterrupt:
+            if start is None:
+                raise
+            return _interrupted(start, start_latency, start_name, notes + ["interrupted while building the model"],
+                                time.perf_counter() - t0)
+        build_time = time.perf_counter() - tb
+        warm = start is not None and load_warm_start(model, problem, start)
+        if start is not None and not warm:
+            notes.append(f"warm start from {start_name} does not fit the model")
+        left = max(1.0, options.time_limit - (time.perf_counter() - t0))
+        session = None
+        if (options.backend or "highs").lower() == "highs":
+            session = _mip.HighsSession(model)
+            lns = problem.num_nodes >= LNS_MIN_NODES
+            result = session.run(replace(options, time_limit=left * (LNS_SHARE if lns else 1.0)), warm_start=warm,
+                                 scale=model.time_unit, t0=t0)
+        else:
+            result = solve(model, replace(options, time_limit=left), warm_start=warm)
+        ip_sol = extract(model, problem) if result.has_solution else None
+        if (session is not None and ip_sol is not None and result.status == Status.TIME_LIMIT
+                and t0 + options.time_limit - time.perf_counter() > 3.0):
+            ip_sol, lns_note, stopped = neighbourhood_search(session, model, problem, ip_sol, options, result.bound, t0)
+            notes.append(lns_note)
+            if stopped:
+                result = replace(result, status=Status.INTERRUPTED, termination="Interrupted by user")
+        chosen, origin = ip_sol, "ip"
+        if ip_sol is not None:
+            ev = evaluate(problem, ip_sol)
+            if not ev.feasible:
+                notes.append(f"the backend's solution fails evaluate ({ev.violations[0]})")
+                chosen = None
+            elif start_latency is not None and ev.objective > start_latency:
+                chosen = None
+        if chosen is None and start is not None:
+            chosen, origin = start, start_name
+        if chosen is None:
+            if result.status == Status.INFEASIBLE:
+                raise InfeasibleError(
+                    f"{problem.name}: no placement satisfies memory, pins, colocation and at most "
+                    f"{model.data.q} subgraph(s) per accelerator (proven by {result.backend})")
+            raise PlanmapError(f"{problem.name}: the latency IP found no placement within {options.time_limit:g} s "
+                               f"({result.backend}: {result.termination}); raise the time limit")
+        ev = evaluate(problem, chosen)
+        return chosen.with_certificate(**_certificate_fields(problem, ev.objective, result, origin, start_name,
+                                                             start_latency, notes, model, build_time, warm,
+                                                             time.perf_counter() - t0))
+
+
+def _interrupted(start: Solution, latency: float, name: str, notes: list[str], wall: float) -> Solution:
+    """Ctrl-C before the MIP ran: the best baseline, said to be interrupted (no bound)."""
+    return start.with_certificate(status=Status.INTERRUPTED, solver=LatencyIP.name, objective=latency, bound=None,
+                                  gap=None, version=VERSION, backend=None,
+                                  message="; ".join([f"interrupted before the MIP; answer is {name}", *notes]),
+                                  options={"warm_start": name}, wall_time=wall)
+
+
+def _certificate_fields(problem, objective, result: _mip.MipResult, origin, start_name, start_latency, notes,
+                        model, build_time, warm, wall) -> dict:
+    bound = result.bound
+    if bound is not None:
+        bound = min(bound, objective)
+    same = result.incumbent is not None and abs(result.incumbent - objective) <= 1e-6 * max(abs(objective), 1e-30)
+    gap = result.gap if (same and result.gap is not None) else relative_gap(objective, bound)
+    status = result.status or Status.TIME_LIMIT
+    if status == Status.OPTIMAL and not same:
+        status = Status.GAP_REACHED if (gap or 0.0) > _mip.OPTIMAL_GAP else Status.OPTIMAL
+    def fmt(v):
+        return "none" if v is None else f"{v:.6g}s"
+
+    parts = [f"{result.backend} {result.termination}: incumbent {fmt(result.incumbent)}, bound {fmt(result.bound)}, "
+             f"gap {'none' if result.gap is None else f'{result.gap:.4%}'}"]
+    if start_latency is not None:
+        parts.append(f"warm start {start_name} {start_latency:.6g}s ({result.warm_start if warm else 'not used'})")
+    if origin != "ip":
+        parts.append(f"answer is the warm start ({origin})")
+    parts.append(f"model {model.nconstraints()} rows x {model.nvariables()} cols, q={model.data.q}, "
+                 f"build {build_time:.2f}s, translate {result.translate_time:.2f}s, solve {result.solve_time:.2f}s")
+    parts += notes
+    opts = dict(result.options)
+    opts.update(q=model.data.q, warm_start=start_name or None)
+    return dict(status=status, solver=LatencyIP.name, objective=objective, bound=bound, gap=gap, version=VERSION,
+                backend=result.version, message="; ".join(parts), options=opts, wall_time=wall)
