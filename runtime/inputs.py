@@ -1,0 +1,111 @@
+"""Inputs for running a plan without the user's data: seeded random arrays, or arrays from a ``.npz``.
+
+Random inputs must be *valid*, not just well-shaped: an integer argument is usually an index (token
+ids into an embedding, class labels into log-probabilities), and an out-of-range index gathers
+clamped garbage that hides real errors. :func:`index_bound` follows an integer argument through
+shape and elementwise ops (and into called functions) to the ``gather`` ops it indexes, and bounds
+it by the indexed dimension (the vocabulary, the number of classes). Float parameters are scaled
+by ``1/sqrt(fan-in)`` so that activations stay in a range where errors are meaningful.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from planmap.runtime.artifact import Artifact, entry_function, make_context
+
+from planmap.errors import InputError
+
+__all__ = ["random_inputs", "load_inputs", "index_bound", "DEFAULT_INDEX_BOUND"]
+
+DEFAULT_INDEX_BOUND = 4  # integer inputs that index nothing the analysis can see: keep them small
+
+_PASS_THROUGH = frozenset({
+    "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.add",
+    "stablehlo.select", "stablehlo.concatenate", "stablehlo.transpose", "stablehlo.slice", "stablehlo.clamp",
+})
+
+
+def index_bound(artifact: Artifact, arg: int) -> int | None:
+    """The exclusive upper bound of valid values of integer argument ``arg`` (None: not an index)."""
+    from jax.extend.mlir import ir
+    from jax.extend.mlir.dialects import stablehlo
+
+    ctx = make_context()
+    module = artifact.parse(ctx)
+    with ctx:
+        funcs = {op.attributes["sym_name"].value: op for op in module.body.operations
+                 if op.operation.name == "func.func"}
+        main = entry_function(module)
+        stack = [main.regions[0].blocks[0].arguments[arg]]
+        seen: set = set()
+        bounds: list[int] = []
+        while stack:
+            value = stack.pop()
+            key = value.get_name() + str(id(value.owner))
+            if key in seen:
+                continue
+            seen.add(key)
+            for use in value.uses:
+                op = use.owner
+                op = op.operation if hasattr(op, "operation") else op
+                name = op.name
+                if name == "stablehlo.gather" and use.operand_number == 1:
+                    dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+                    shape = ir.RankedTensorType(op.operands[0].type).shape
+                    bounds.extend(shape[d] for d in dn.start_index_map)
+                elif name == "func.call":
+                    callee = funcs.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+                    if callee is not None:
+                        stack.append(callee.regions[0].blocks[0].arguments[use.operand_number])
+                elif name in _PASS_THROUGH:
+                    stack.extend(op.results)
+        return min(bounds) if bounds else None
+
+
+def _fan_in(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape[:-1])) if len(shape) >= 2 else 1
+
+
+def random_inputs(executable, seed: int = 0) -> list[np.ndarray]:
+    """Seeded random arguments for ``executable`` (data arguments with the global batch)."""
+    rng = np.random.default_rng(seed)
+    art = executable.artifact
+    out = []
+    for i, t in enumerate(art.in_types):
+        shape = executable.expected_shape(i)
+        kind = t.dtype.kind
+        if kind == "f" or t.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+            scale = 1.0 if i in executable.data_args else 1.0 / np.sqrt(_fan_in(shape))
+            out.append((rng.standard_normal(shape) * scale).astype(t.dtype))
+        elif kind in "iu":
+            high = index_bound(art, i) or DEFAULT_INDEX_BOUND
+            out.append(rng.integers(0, high, size=shape).astype(t.dtype))
+        elif kind == "b":
+            out.append(rng.random(shape) < 0.5)
+        elif kind == "c":
+            out.append((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(t.dtype))
+        else:
+            raise InputError(f"cannot make random values of {t.dtype} for argument {i}; pass --inputs")
+    return out
+
+
+def load_inputs(executable, path: str | Path) -> list[np.ndarray]:
+    """Arguments from a ``.npz``: keys are argument names (``x``, ``params['w']``), ``argN`` or ``arr_N``."""
+    path = Path(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read the inputs ({e})") from None
+    names = executable.artifact.arg_names
+    out = []
+    for i, name in enumerate(names):
+        for key in (name, f"arg{i}", f"arr_{i}"):
+            if key in data.files:
+                out.append(data[key])
+                break
+        else:
+            raise InputError(f"{path}: no array for argument {i} ({name}); name it {name!r} or 'arg{i}' "
+                             f"(the file has {', '.join(data.files[:5]) or 'nothing'})")
+    return out

@@ -1,0 +1,119 @@
+"""Plan stages -> segments: the units the runtime compiles and calls, in a dependency order.
+
+A stage runs as one compiled call when it can: when it is *convex* (no path leaves it and comes
+back) and the stages' quotient graph is acyclic. A training stage that holds a layer's forward and
+backward ops is not: its backward half waits for the later stages' backward. Such a stage is cut
+into its maximal runs of consecutive op ids. Op ids are a topological order, so runs ordered by
+their first op always form a valid execution order — the fallback that makes every plan runnable.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+from planmap.runtime.ir_graph import ARG, EntryGraph
+
+from planmap.errors import InputError
+from planmap.plan.build import ranges_to_ids
+from planmap.plan.document import PlanDocument
+
+__all__ = ["Segment", "op_stages", "form_segments"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Ops (ascending ids) of one stage that run as one call."""
+
+    stage: int
+    ops: tuple[int, ...]
+
+
+def op_stages(doc: PlanDocument, n_ops: int) -> np.ndarray:
+    """Stage index (position in ``doc.stages``) of every op; InputError unless each op is in one stage."""
+    stage = np.full(n_ops, -1, np.int64)
+    for k, st in enumerate(doc.stages):
+        for a, b in st.ops:
+            if not 0 <= a <= b <= n_ops:
+                raise InputError(f"plan stage {st.id} names ops [{a}, {b}) but the artifact's @main has {n_ops} ops "
+                                 "(is the plan for this artifact?)")
+        ids = ranges_to_ids(st.ops)
+        clash = ids[stage[ids] >= 0]
+        if len(clash):
+            other = doc.stages[int(stage[clash[0]])].id
+            raise InputError(f"plan stages {other} and {st.id} both run op {int(clash[0])}")
+        stage[ids] = k
+    missing = np.flatnonzero(stage < 0)
+    if len(missing):
+        raise InputError(f"no plan stage runs op {int(missing[0])} ({len(missing)} op(s) unplaced)")
+    return stage
+
+
+def _producers(graph: EntryGraph, op: int) -> set[int]:
+    return {o for o, _ in graph.operands[op] if o != ARG}
+
+
+def _convex(graph: EntryGraph, stage: np.ndarray, k: int) -> bool:
+    """No path from stage ``k`` through other stages' ops back into ``k``."""
+    left = np.zeros(graph.n_ops, bool)  # op outside k reachable from k
+    for i in range(graph.n_ops):
+        prods = _producers(graph, i)
+        if stage[i] == k:
+            if any(left[p] for p in prods):
+                return False
+        else:
+            left[i] = any(stage[p] == k or left[p] for p in prods)
+    return True
+
+
+def _runs(ops: np.ndarray) -> list[tuple[int, ...]]:
+    breaks = np.flatnonzero(np.diff(ops) != 1) + 1
+    return [tuple(int(x) for x in part) for part in np.split(ops, breaks)]
+
+
+def _order(graph: EntryGraph, segments: list[Segment]) -> list[int] | None:
+    """Topological order of the segments (first op breaks ties), or None if they depend cyclically."""
+    seg_of = np.empty(graph.n_ops, np.int64)
+    for s, seg in enumerate(segments):
+        seg_of[list(seg.ops)] = s
+    deps = [set() for _ in segments]
+    for s, seg in enumerate(segments):
+        for i in seg.ops:
+            deps[s].update(int(seg_of[p]) for p in _producers(graph, i) if seg_of[p] != s)
+    users = [[] for _ in segments]
+    for s, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(s)
+    indeg = [len(d) for d in deps]
+    heap = [(segments[s].ops[0], s) for s in range(len(segments)) if indeg[s] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, s = heapq.heappop(heap)
+        order.append(s)
+        for u in users[s]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(heap, (segments[u].ops[0], u))
+    return order if len(order) == len(segments) else None
+
+
+def form_segments(doc: PlanDocument, graph: EntryGraph) -> list[Segment]:
+    """The plan's segments in execution order (one per stage where possible)."""
+    stage = op_stages(doc, graph.n_ops)
+    segments: list[Segment] = []
+    for k in range(len(doc.stages)):
+        ops = np.flatnonzero(stage == k)
+        if len(ops) == 0:
+            continue
+        if _convex(graph, stage, k):
+            segments.append(Segment(k, tuple(int(i) for i in ops)))
+        else:
+            segments.extend(Segment(k, run) for run in _runs(ops))
+    order = _order(graph, segments)
+    if order is None:  # stages depend on each other both ways: fall back to runs of consecutive ops
+        segments = [Segment(k, run) for k in range(len(doc.stages)) for run in _runs(np.flatnonzero(stage == k))]
+        order = _order(graph, segments)
+        assert order is not None  # runs in op order are always acyclic
+    return [segments[s] for s in order]
