@@ -344,6 +344,11 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
         violations.append(f"{G} stages, more than maxStages {problem.max_stages}")
     if (rep > 1).any() and not problem.replication:
         violations.append("a stage is replicated over several devices, but replication is forbidden")
+    b = problem.batch_size
+    uneven = [int(r) for r in rep if r > 1 and b and b % int(r)]
+    if uneven:
+        violations.append(f"a stage is replicated over {uneven[0]} devices, but a microbatch of {b} samples "
+                          "does not split evenly over them")
     # compute (the slowest replica sets the pace)
     fw = np.zeros(G)
     bw = np.zeros(G)

@@ -242,6 +242,7 @@ class Problem:
     schedule: str = "gpipe"
     microbatches: int = 1
     replication: bool = False
+    batch_size: int | None = None  # samples per microbatch (the artifact's data batch), when known
     allowed: np.ndarray | None = None
     original: OpGraph | None = None
     spec: Any = None  # LoadedSpec when built from a spec file
@@ -328,11 +329,16 @@ def _coarsen(frontend: Any, original: OpGraph, level: str, topo: Topology) -> Op
     return choice
 
 
+def _batch_size(graph: OpGraph) -> int | None:
+    """Leading dim of the first data argument: the samples one run of the artifact processes."""
+    data = [a for a in graph.args if a.role == "data" and a.type.shape]
+    return int(data[0].type.shape[0]) if data else None
+
+
 def _microbatches(model: Any, graph: OpGraph, topo: Topology) -> int:
     """Microbatches per step: the spec's number, or for ``auto`` globalBatch / the artifact's batch size
     (else twice the number of pipeline devices). The artifact is exported at the microbatch size."""
-    data = [a for a in graph.args if a.role == "data" and a.type.shape]
-    batch = data[0].type.shape[0] if data else None
+    batch = _batch_size(graph)
     mb = model.microbatches
     if mb == "auto":
         if model.global_batch and batch:
@@ -377,6 +383,7 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
         max_subgraphs=body.constraints.max_subgraphs_per_device, max_stages=body.constraints.max_stages,
         memory_headroom=body.constraints.memory_headroom, schedule=schedule,
         microbatches=mb, replication=str(body.constraints.replication) == "allow",
+        batch_size=_batch_size(original),
         allowed=allowed, original=original, spec=spec,
     )
 

@@ -183,16 +183,16 @@ def render(doc: PlanDocument, header: list[str]) -> str:
         out.append(f"{key}: {json.dumps(d[key]) if key == 'format_version' else _scalar(d[key])}")
     out.append(f"objective: {_flow({k: v for k, v in d['objective'].items() if v is not None})}")
     out.append(f"mode: {d['mode']}")
-    out.append("inputs:")
+    out.append("inputs:" if d["inputs"] else "inputs: []")
     out += [f"  - {_flow(i)}" for i in d["inputs"]]
     out.append(f"data_args: {_flow(d['data_args'])}")
     out.append("mesh:")
     out.append(f"  axis_names: {_flow(d['mesh']['axis_names'])}")
     out.append(f"  axis_sizes: {_flow(d['mesh']['axis_sizes'])}")
-    out.append("  devices:")
+    out.append("  devices:" if d["mesh"]["devices"] else "  devices: []")
     out += [f"    - {_scalar(x)}" for x in d["mesh"]["devices"]]
     out.append(f"schedule: {_flow(d['schedule'])}")
-    out.append("stages:")
+    out.append("stages:" if d["stages"] else "stages: []")
     for st in d["stages"]:
         st = {k: v for k, v in st.items() if not (k == "mesh" and v is None) and not (k == "layers" and not v)}
         out.append(f"  - {_flow(st)}")
@@ -211,7 +211,7 @@ def render(doc: PlanDocument, header: list[str]) -> str:
     out.append("predicted:")
     for key in ("objective_ns", "step_time_ns", "bytes_moved"):
         out.append(f"  {key}: {p[key]}")
-    out.append("  devices:")
+    out.append("  devices:" if p["devices"] else "  devices: []")
     out += [f"    - {_flow(x)}" for x in p["devices"]]
     s = d["solver"]
     out.append("solver:")
