@@ -117,7 +117,9 @@ def _finish(problem: Problem, sol: Solution, name: str, tried, wall: float, opti
         if bound is not None:
             bound = min(bound, ev.objective)
         gap = relative_gap(ev.objective, bound)
-    options = {"time_limit": options.time_limit, "rel_gap": options.rel_gap, "threads": options.threads,
-               "seed": options.seed, **({"backend": options.backend} if cert.backend else {}), **cert.options}
+    # what the user asked for wins over what a solver records (e.g. the time left for an inner stage)
+    user = {"time_limit": options.time_limit, "rel_gap": options.rel_gap, "threads": options.threads,
+            "seed": options.seed, **({"backend": options.backend} if cert.backend else {})}
+    options = {**cert.options, **user}
     sol = sol.with_certificate(objective=ev.objective, bound=bound, gap=gap, message=message, options=options)
     return SolveResult(problem, sol, ev, name, tried, wall)

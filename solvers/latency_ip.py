@@ -620,10 +620,19 @@ def _certificate_fields(problem, objective, result: _mip.MipResult, origin, star
         parts.append(f"warm start {start_name} {start_latency:.6g}s ({result.warm_start if warm else 'not used'})")
     if origin != "ip":
         parts.append(f"answer is the warm start ({origin})")
-    parts.append(f"model {model.nconstraints()} rows x {model.nvariables()} cols, q={model.data.q}, "
-                 f"build {build_time:.2f}s, translate {result.translate_time:.2f}s, solve {result.solve_time:.2f}s")
-    parts += notes
-    opts = dict(result.options)
+    parts.append(f"model {model.nconstraints()} rows x {model.nvariables()} cols, q={model.data.q}")
+    parts += [n for n in notes if not _timed(n)]
+    timings = [f"build {build_time:.2f}s, translate {result.translate_time:.2f}s, solve {result.solve_time:.2f}s",
+               *[n for n in notes if _timed(n)]]
+    opts = {k: v for k, v in result.options.items() if k != "time_limit"}
     opts.update(q=model.data.q, warm_start=start_name or None)
     return dict(status=status, solver=LatencyIP.name, objective=objective, bound=bound, gap=gap, version=VERSION,
-                backend=result.version, message="; ".join(parts), options=opts, wall_time=wall)
+                backend=result.version, message="; ".join(parts), options=opts, wall_time=wall,
+                details="; ".join(timings))
+
+
+def _timed(note: str) -> bool:
+    """Notes that mention wall-clock times vary run to run: they go to details, not into the plan."""
+    import re
+
+    return re.search(r"\d(\.\d+)?\s*s\b", note) is not None

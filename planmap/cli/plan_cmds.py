@@ -51,6 +51,8 @@ def _summary(problem, solution, ev, plan_path: Path | None, wall: float) -> None
     gap = f", gap {c.gap:.2%}" if c.gap is not None else ""
     out.print(f"certificate: [bold]{c.status}[/] by {c.solver}{f' ({c.backend})' if c.backend else ''}{bound}{gap}; "
               f"solved in {wall:.2f}s" + (f" — {c.message}" if c.message else ""))
+    if c.details:
+        out.print(f"[dim]{c.details}[/]")
     if plan_path is not None:
         out.print(f"wrote {plan_path}")
 
