@@ -1,0 +1,251 @@
+"""Exact load and memory of a stage ``I \\ J`` for one ideal ``I`` and many sub-ideals ``J`` at once.
+
+The DP over ideals spends its time here, so nothing is recomputed per pair that can be kept per
+ideal. Additive terms (compute per device class, state and stashed bytes, single-user
+parameters) are prefix sums over ideals: stage = row ``I`` minus row ``J``. Transfers are not
+additive — a value is charged once per receiving stage and once by its sender, whatever the
+number of edges — but a value can only cross the border of ``S = I \\ J`` if it crosses the
+border of ``I`` or of ``J``. With ``Cut(X)`` the values whose producer/consumer units lie on both
+sides of ``X``:
+
+    transfers(S) = Σ_{v ∈ Cut(I)} [charge(v; I, J) - b_J(v)] + B(J)
+
+where ``b_J(v)`` is what ``v`` would cost if every unit it touches were inside ``I`` (a function of
+``J`` alone), and ``B(J) = Σ_{v ∈ Cut(J)} b_J(v)`` is kept per ideal. Only the few values of
+``Cut(I)`` (the frontier of ``I``) are looked at per pair. Parameters shared by several units and
+the largest working set of the stage are handled the same way (frontier terms, and a first-set-bit
+query on ideals re-encoded in descending working-set order).
+
+The charges are exactly those of :func:`planmap.evaluate.evaluate`: receive once per value per
+stage, send once per value at the (class-determined) charge, forward/backward split by the
+producer, parameters counted once per stage, memory = parameters x factor + state + stash x
+in-flight microbatches + the largest working set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse import csr_matrix
+
+from planmap.problem import Problem
+
+from ._ideals import member, pack, unpack
+from ._stage_units import DeviceClasses
+
+__all__ = ["StageCosts", "PairCosts"]
+
+_CHUNK = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class PairCosts:
+    """Per candidate pair: ``fw``/``bw`` (m, T) seconds on one device of each class, ``ok`` (m, T)
+    every node supported there, ``mem`` bytes without the stash, ``stash`` bytes per in-flight
+    microbatch, ``grad`` distinct parameter bytes (for the all-reduce of replicated stages)."""
+
+    fw: np.ndarray
+    bw: np.ndarray
+    ok: np.ndarray
+    mem: np.ndarray
+    stash: np.ndarray
+    grad: np.ndarray
+
+
+def _csr_lists(keys: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((vals, keys))
+    indptr = np.zeros(k + 1, np.int64)
+    np.add.at(indptr, keys + 1, 1)
+    return np.cumsum(indptr), vals[order]
+
+
+class StageCosts:
+    """Tables for the ideals ``bits`` (packed, over units numbered by ``unit_of``)."""
+
+    def __init__(self, problem: Problem, unit_of: np.ndarray, num_units: int, classes: DeviceClasses,
+                 bits: np.ndarray):
+        g, cost = problem.graph, problem.cost
+        U, T = num_units, classes.num_classes
+        self.U, self.T, self.bits = U, T, bits
+        uo = np.asarray(unit_of, np.int64)
+        # ---- per-unit additive terms
+        reps = [d[0] for d in classes.devices]
+        times = cost.device_compute[:, reps]
+        ok_node = classes.allowed & np.isfinite(times)
+        times = np.where(ok_node, times, 0.0)
+        back = g.backward
+        unit_f = np.zeros((U, T))
+        unit_b = np.zeros((U, T))
+        bad = np.zeros((U, T))
+        np.add.at(unit_f, uo[~back], times[~back])
+        np.add.at(unit_b, uo[back], times[back])
+        np.add.at(bad, uo, (~ok_node).astype(float))
+        state = np.zeros(U)
+        np.add.at(state, uo, g.state_bytes.astype(float))
+        stash = np.zeros(U)
+        if problem.mode == "training":
+            np.add.at(stash, uo, cost.stash_bytes.astype(float))
+        ws = np.zeros(U)
+        np.maximum.at(ws, uo, cost.working_set.astype(float))
+        self.unit_total = unit_f + unit_b
+        self.unit_bad = bad > 0
+        # ---- parameters: single-unit ones are additive, shared ones are frontier terms
+        pv, pn = cost.param_use
+        self.factor = float(cost.param_factor)
+        single = np.zeros(U)
+        multi_users: list[np.ndarray] = []
+        multi_bytes: list[float] = []
+        if len(pv):
+            pairs = np.unique(np.stack([pv, uo[pn]], 1), axis=0)
+            vals, starts, counts = np.unique(pairs[:, 0], return_index=True, return_counts=True)
+            for v, s0, c in zip(vals.tolist(), starts.tolist(), counts.tolist(), strict=True):
+                if c == 1:
+                    single[pairs[s0, 1]] += float(g.value_bytes[v])
+                else:
+                    multi_users.append(pairs[s0: s0 + c, 1])
+                    multi_bytes.append(float(g.value_bytes[v]))
+        # ---- values that can cross a stage border: producer unit p, distinct consumer units != p
+        src = g.edge_src
+        keep = src >= 0
+        ev, ed = g.edge_value[keep].astype(np.int64), g.edge_dst[keep].astype(np.int64)
+        pu = uo[g.value_node[ev]]
+        cu = uo[ed]
+        cross = pu != cu
+        vc = np.unique(np.stack([ev[cross], cu[cross]], 1), axis=0) if cross.any() else np.zeros((0, 2), np.int64)
+        hval, hstart = np.unique(vc[:, 0], return_index=True) if len(vc) else (np.zeros(0, np.int64),) * 2
+        H = len(hval)
+        self.H = H
+        self.h_prod = uo[g.value_node[hval]] if H else np.zeros(0, np.int64)
+        self.h_cons_ptr = np.append(hstart, len(vc)).astype(np.int64)
+        self.h_cons = vc[:, 1].astype(np.int64)
+        hb = g.backward[g.value_node[hval]].astype(np.int64) if H else np.zeros(0, np.int64)
+        self.WR = np.zeros((H, 2 * T))
+        self.WS = np.zeros((H, 2 * T))
+        for t in range(T):
+            self.WR[np.arange(H), 2 * t + hb] = classes.recv[t, hval]
+            self.WS[np.arange(H), 2 * t + hb] = classes.send[t, hval]
+        # ---- per-ideal tables
+        N = len(bits)
+        self.N = N
+        self.CF = np.empty((N, T))
+        self.CB = np.empty((N, T))
+        self.NB = np.empty((N, T), np.int64)
+        self.STATE = np.empty(N)
+        self.STASH = np.empty(N)
+        self.P1 = np.empty(N)
+        self.BJ = np.empty((N, 2 * T))
+        self.PTOUCH = np.zeros(N)
+        self.PFULL = np.zeros(N)
+        self.rank_order = np.argsort(-ws, kind="stable")
+        self.ws_sorted = ws[self.rank_order]
+        self.rank_bits = np.empty_like(bits)
+        cinc = csr_matrix((np.ones(len(self.h_cons), np.float32),
+                           (self.h_cons, np.repeat(np.arange(H), np.diff(self.h_cons_ptr)))), shape=(U, H))
+        ncons = np.diff(self.h_cons_ptr)
+        cut_rows, cut_cols = [], []
+        multi_n = len(multi_users)
+        cutp_rows, cutp_cols = [], []
+        for lo in range(0, N, _CHUNK):
+            hi = min(N, lo + _CHUNK)
+            m = unpack(bits[lo:hi], U)
+            mf = m.astype(np.float64)
+            self.CF[lo:hi] = mf @ unit_f
+            self.CB[lo:hi] = mf @ unit_b
+            self.NB[lo:hi] = np.rint(mf @ bad).astype(np.int64)
+            self.STATE[lo:hi] = mf @ state
+            self.STASH[lo:hi] = mf @ stash
+            self.P1[lo:hi] = mf @ single
+            self.rank_bits[lo:hi] = pack(m[:, self.rank_order])
+            if H:
+                cnt = np.asarray(m.astype(np.float32) @ cinc)
+                p_in = m[:, self.h_prod]
+                cut = (cnt + p_in > 0) & (cnt + p_in < ncons + 1)
+                yr = p_in & (cnt < ncons)
+                ys = ~p_in & (cnt > 0)
+                self.BJ[lo:hi] = yr @ self.WR + ys @ self.WS
+                r, c = np.nonzero(cut)
+                cut_rows.append(r + lo)
+                cut_cols.append(c)
+            else:
+                self.BJ[lo:hi] = 0.0
+            for k in range(multi_n):
+                inside = m[:, multi_users[k]]
+                anyin, allin = inside.any(1), inside.all(1)
+                self.PTOUCH[lo:hi] += multi_bytes[k] * anyin
+                self.PFULL[lo:hi] += multi_bytes[k] * allin
+                r = np.flatnonzero(anyin & ~allin)
+                cutp_rows.append(r + lo)
+                cutp_cols.append(np.full(len(r), k))
+        cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
+        self.cut_ptr, self.cut_h = _csr_lists(cat(cut_rows), cat(cut_cols), N)
+        self.cutp_ptr, self.cutp_k = _csr_lists(cat(cutp_rows), cat(cutp_cols), N)
+        self.multi_users = multi_users
+        self.multi_bytes = np.asarray(multi_bytes)
+
+    # ------------------------------------------------------------------------------------------
+    def pairs(self, i: int, js: np.ndarray, ws_rule: tuple[float, float, float, float] | None = None) -> PairCosts:
+        """Costs of the stages ``ideal i \\ ideal j`` for every ``j`` in ``js`` (each a strict subset).
+
+        ``ws_rule`` = (least and largest finite capacity, least and largest in-flight count): the
+        largest working set is then added only where it can change feasibility on some device;
+        elsewhere ``mem`` leaves it out (the stage fits everywhere or nowhere either way)."""
+        bits = self.bits
+        comm = self.BJ[js].copy()
+        hs = self.cut_h[self.cut_ptr[i]: self.cut_ptr[i + 1]]
+        if len(hs):
+            row_i = np.array([i])
+            p = self.h_prod[hs]
+            p_i = member(bits, row_i, p)[0]
+            p_j = member(bits, js, p)
+            lens = self.h_cons_ptr[hs + 1] - self.h_cons_ptr[hs]
+            cons = self.h_cons[np.repeat(self.h_cons_ptr[hs] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+                               + np.arange(lens.sum())]
+            owner = np.repeat(np.arange(len(hs)), lens)
+            in_i = member(bits, row_i, cons)[0]
+            cons, owner = cons[in_i], owner[in_i]
+            n_in = np.bincount(owner, minlength=len(hs))
+            out_i = lens > n_in  # some consumer outside I
+            if len(cons):
+                inc = np.zeros((len(cons), len(hs)), np.float32)
+                inc[np.arange(len(cons)), owner] = 1.0
+                cnt_j = member(bits, js, cons).astype(np.float32) @ inc
+                some_s = cnt_j < n_in  # a consumer in I \ J
+                some_j = cnt_j > 0  # a consumer in J
+            else:
+                some_s = some_j = np.zeros((len(js), len(hs)), bool)
+            p_s = p_i & ~p_j
+            xr = (~p_s & some_s).astype(np.float64) - (p_j & (out_i | some_s))
+            xs = (p_s & (out_i | some_j)).astype(np.float64) - (~p_j & some_j)
+            comm += xr @ self.WR[hs] + xs @ self.WS[hs]
+        fw = self.CF[i] - self.CF[js] + comm[:, 0::2]
+        bw = self.CB[i] - self.CB[js] + comm[:, 1::2]
+        ok = (self.NB[i] - self.NB[js]) == 0
+        params = self.P1[i] - self.P1[js]
+        if len(self.multi_users):
+            params = params + self.PTOUCH[i] - self.PFULL[js]
+            for k in self.cutp_k[self.cutp_ptr[i]: self.cutp_ptr[i + 1]].tolist():
+                users = self.multi_users[k]
+                inside_i = users[member(bits, np.array([i]), users)[0]]
+                params -= self.multi_bytes[k] * member(bits, js, inside_i).all(1)
+        mem = self.factor * params + (self.STATE[i] - self.STATE[js])
+        stash = self.STASH[i] - self.STASH[js]
+        if ws_rule is None:
+            mem = mem + self._max_ws(i, js)
+        elif len(self.ws_sorted):
+            cap_lo, cap_hi, f_lo, f_hi = ws_rule
+            need = (mem + stash * f_hi + self.ws_sorted[0] > cap_lo) & (mem + stash * f_lo <= cap_hi)
+            if need.any():
+                mem[need] += self._max_ws(i, js[need])
+        return PairCosts(fw, bw, ok, mem, stash, params)
+
+    def _max_ws(self, i: int, js: np.ndarray) -> np.ndarray:
+        """Largest working set among the units of ``I \\ J``: the first set bit of the ws-ranked difference."""
+        d = self.rank_bits[i][None, :] & ~self.rank_bits[js]
+        nz = d != 0
+        w0 = np.argmax(nz, axis=1)
+        x = d[np.arange(len(js)), w0]
+        low = x & (~x + np.uint64(1))
+        bit = np.log2(np.maximum(low, np.uint64(1)).astype(np.float64)).astype(np.int64)
+        rank = np.minimum(w0 * 64 + bit, len(self.ws_sorted) - 1)
+        return np.where(nz.any(1), self.ws_sorted[rank], 0.0)

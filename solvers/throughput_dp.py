@@ -1,0 +1,190 @@
+"""``dp``: the optimal contiguous pipeline by dynamic programming over ideals (Tarnawski et al., §5).
+
+For pipelined inference or training the time per sample is the load of the busiest device group.
+Among *contiguous* plans — each stage convex on the contiguity graph, the stages in a pipeline
+order, backward nodes with their forward class — the optimum is a chain of ideals, and a DP over
+the ideals of the (coarsened, class-contracted) graph finds it exactly under the same model as
+:func:`planmap.evaluate.evaluate`: compute plus distinct values received and sent, CPUs paying no
+transfers, memory with the schedule's in-flight microbatches, replicated stages (load / r plus the
+gradient all-reduce) when ``replication`` is allowed, and the max-fw + max-bw variant.
+
+Two restrictions, both stated in :mod:`planmap.solvers._stage_units`: a backward node without a
+forward class partner (an *orphan*) is ordered by its mirrored edges, as in the paper, where
+evaluate would let it go anywhere; and a device's transfer charges must depend only on the
+device itself (true in the paper's setting), else the DP refuses with a message.
+
+The search is bounded by the best known plan (the warm start, the even split and PipeDream's
+planner at layer and at unit granularity), which prunes stages, sub-ideals and states that
+cannot beat it. Passes with tighter thresholds come first (a ladder from the compute lower bound
+to the incumbent): a pass costs roughly in proportion to how far its threshold is above the
+lower bound, a pass at or above the optimum returns the optimum, and one that finds nothing
+proves its threshold a lower bound (reported if the time limit stops the DP). Graphs with more ideals than ``max_ideals`` (solver option,
+default 250,000) are refused with a message, so ``solver: auto`` moves on.
+
+Options (``SolveOptions.passthrough``): ``max_ideals`` (int), ``ladder`` (fractions of the way from
+the lower bound to the incumbent tried as thresholds before the incumbent; default (0.3, 0.6);
+``[]`` goes straight to the incumbent), ``bound_from_baselines`` (default true).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
+from planmap.evaluate import evaluate
+from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+
+from ._ideals import enumerate_ideals
+from ._pipeline_dp import DPTimeout, PipelineDP, to_solution
+from ._stage_costs import StageCosts
+from ._stage_units import DeviceClasses, build_units, device_classes
+
+__all__ = ["ThroughputDP", "PreparedDP", "prepare", "incumbents", "threshold_ladder"]
+
+VERSION = "1"
+DEFAULT_MAX_IDEALS = 250_000
+DEFAULT_LADDER = (0.3, 0.6)
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedDP:
+    """Everything the DP needs, built once: units in DP order, ideals, stage-cost tables, engine."""
+
+    unit_of: np.ndarray  # (n,) unit of each node, in DP order (reversed pipeline order)
+    num_units: int
+    bits: np.ndarray
+    classes: DeviceClasses
+    costs: StageCosts
+    engine: PipelineDP
+
+    @property
+    def num_ideals(self) -> int:
+        return len(self.bits)
+
+
+def prepare(problem: Problem, max_ideals: int = DEFAULT_MAX_IDEALS, bits: np.ndarray | None = None,
+            unit_of: np.ndarray | None = None, num_units: int | None = None) -> PreparedDP:
+    """Units, ideals (of the reversed contiguity graph: the DP places the last stage first) and tables.
+
+    ``bits``/``unit_of``/``num_units`` replace the ideal family (PipeDream passes the prefixes of a
+    layer chain)."""
+    classes = device_classes(problem)
+    if bits is None:
+        units = build_units(problem)
+        U = units.num_units
+        unit_of = (U - 1 - units.unit_of).astype(np.int64)
+        rev = (U - 1 - units.edges[:, ::-1]) if len(units.edges) else units.edges
+        bits = enumerate_ideals(U, rev, max_ideals)
+        num_units = U
+    level = _popcount(bits)
+    costs = StageCosts(problem, unit_of, num_units, classes, bits)
+    return PreparedDP(unit_of, num_units, bits, classes, costs, PipelineDP(problem, classes, costs, level))
+
+
+def _popcount(bits: np.ndarray) -> np.ndarray:
+    b = np.ascontiguousarray(bits).view(np.uint8).reshape(len(bits), -1)
+    return np.unpackbits(b, axis=1).sum(axis=1).astype(np.int64)
+
+
+def threshold_ladder(lb: float, ub: float, fractions=DEFAULT_LADDER) -> list[float]:
+    """Thresholds to try in turn: between the lower bound and the incumbent (a pass below the optimum
+    fails fast and proves its threshold), the incumbent itself, and no threshold at all (an
+    incumbent outside the DP's space — an orphan placed elsewhere — bounds nothing)."""
+    if not math.isfinite(ub):
+        return [math.inf]
+    steps = [lb + float(f) * (ub - lb) for f in fractions if 0 < float(f) < 1 and ub > lb]
+    return [t for t in steps if t > lb] + [ub * (1 + 1e-9), math.inf]
+
+
+def incumbents(problem: Problem, options: SolveOptions) -> list[tuple[float, str, Solution]]:
+    """Feasible plans to bound the search: the warm start and cheap baselines, best first."""
+    from dataclasses import replace
+
+    from .even import EvenSplit
+    from .pipedream import PipeDream
+
+    found = []
+    cands: list[tuple[str, Solution]] = []
+    if options.warm_start is not None:
+        cands.append(("warm start", options.warm_start))
+    quick = replace(options, warm_start=None, progress=None)
+    for name, solver, pt in (("even", EvenSplit(), {}), ("pipedream", PipeDream(), {"granularity": "layer"}),
+                             ("unit chain", PipeDream(), {"granularity": "unit"})):
+        try:
+            cands.append((name, solver.solve(problem, replace(quick, passthrough=pt))))
+        except PlanmapError:  # a baseline that cannot answer only means a looser bound
+            continue
+    for name, sol in cands:
+        try:
+            ev = evaluate(problem, sol)
+        except ValueError:
+            continue
+        if ev.feasible and math.isfinite(ev.objective):
+            found.append((ev.objective, name, sol))
+    found.sort(key=lambda x: x[0])
+    return found
+
+
+class ThroughputDP:
+    """Exact contiguous max-load (or max-fw + max-bw) pipeline split by DP over ideals."""
+
+    name = "dp"
+    objectives = frozenset({"throughput"})
+
+    def solve(self, problem: Problem, options: SolveOptions) -> Solution:
+        t0 = time.perf_counter()
+        if problem.objective != "throughput":
+            raise SolverUnavailableError(f"solver 'dp' plans pipelines (objective throughput), not {problem.objective}")
+        pt = dict(options.passthrough)
+        prep = prepare(problem, int(pt.get("max_ideals", DEFAULT_MAX_IDEALS)))
+        engine = prep.engine
+        known = incumbents(problem, options) if pt.get("bound_from_baselines", True) else []
+        ub = known[0][0] if known else math.inf
+        lb = engine.lower_bound()
+        deadline = t0 + options.time_limit if options.time_limit and options.time_limit > 0 else None
+        thresholds = threshold_ladder(lb, ub, pt.get("ladder", DEFAULT_LADDER))
+        proven = lb
+        pairs = 0
+        opts = {"max_ideals": int(pt.get("max_ideals", DEFAULT_MAX_IDEALS)), "time_limit": options.time_limit}
+        for T in thresholds:
+            self._progress(options, t0, ub, proven, f"DP over {prep.num_ideals:,} ideals, threshold {T:.6g}")
+            try:
+                res = engine.run(T, problem.variant, deadline)
+            except (DPTimeout, KeyboardInterrupt) as stop:
+                why = "timed out" if isinstance(stop, DPTimeout) else "was interrupted"
+                if not known:
+                    raise InfeasibleError(f"{problem.name}: the DP over {prep.num_ideals:,} ideals {why} before "
+                                          "finding a plan; raise the time limit") from None
+                obj, who, sol = known[0]
+                return sol.with_certificate(
+                    status=Status.TIME_LIMIT if isinstance(stop, DPTimeout) else Status.INTERRUPTED,
+                    solver=self.name, version=VERSION, objective=obj, bound=proven, gap=None, backend=None,
+                    options=opts, wall_time=time.perf_counter() - t0,
+                    message=f"DP over {prep.num_ideals:,} ideals {why}; best known plan from {who}; "
+                            f"the bound {proven:.6g} is proven")
+            pairs += res.pairs
+            if math.isfinite(res.value):
+                status = Status.OPTIMAL if problem.contiguous else Status.HEURISTIC
+                msg = (f"{prep.num_ideals:,} ideals of {prep.num_units} units, {pairs:,} stage candidates, "
+                       f"threshold {T:.6g}")
+                if not problem.contiguous:
+                    msg += "; optimal among contiguous plans only (non-contiguous plans may be better)"
+                cert = Certificate(status, self.name, objective=res.value,
+                                   bound=res.value if problem.contiguous else None, version=VERSION,
+                                   message=msg, options=opts, wall_time=time.perf_counter() - t0)
+                sol = to_solution(problem, prep.unit_of, prep.bits, prep.classes, res, cert)
+                self._progress(options, t0, res.value, res.value, "DP done")
+                return sol
+            proven = max(proven, T)
+        raise InfeasibleError(f"{problem.name}: no contiguous pipeline fits the devices' memory "
+                              f"({prep.num_ideals:,} ideals searched); binding constraint: device memory")
+
+    @staticmethod
+    def _progress(options: SolveOptions, t0: float, inc: float, bound: float, message: str) -> None:
+        if options.progress is not None:
+            options.progress(elapsed=time.perf_counter() - t0, incumbent=inc if math.isfinite(inc) else None,
+                             bound=bound, message=message)
