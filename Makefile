@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export PYTHONHASHSEED = 0
 
-DEMO_SPEC ?= specs/gpt-train-8dev.yaml
+DEMO_SPEC ?= specs/gpt-8dev.yaml
 DEMO_PLAN := plans/$(basename $(notdir $(DEMO_SPEC))).plan.yaml
 
 .PHONY: install demo test schemas goldens bench lint clean fixtures
@@ -41,8 +41,14 @@ goldens: $(STAMP)
 fixtures: $(STAMP)
 	$(PY) tools/export_examples.py specs/models
 
+# Quick modes; the paper-size runs are `bench/latency.py --scale` and `bench/throughput.py` (minutes each).
 bench: $(STAMP)
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	$(PY) bench/cost.py
+	$(PY) bench/frontend.py
+	$(PY) bench/solvers.py --quick
+	$(PY) bench/latency.py --time-limit 20
+	$(PY) bench/throughput.py --quick
+	$(PY) bench/runtime.py --steps 3
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check planmap solvers runtime tests bench tools

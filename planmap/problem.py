@@ -310,24 +310,21 @@ def _pins(spec, graph: OpGraph, original: OpGraph, topo: Topology, allowed: np.n
 
 
 AUTO_MIN_NODES_PER_DEVICE = 3  # granularity the solvers need to balance stages well
-AUTO_MAX_NODES = 2000  # beyond this, exact solvers slow down a lot
+AUTO_MAX_NODES = 5000  # beyond this, exact solvers slow down a lot
 
 
 def _coarsen(frontend: Any, original: OpGraph, level: str, topo: Topology) -> OpGraph:
-    """Coarsen ``original``; ``auto`` picks the coarsest level (layers, fused ops, ops) that still gives
-    the solvers a few nodes per device, and never a finer one than they can handle."""
+    """Coarsen ``original``; ``auto`` takes repeated layers when there are a few per device (they are
+    the natural pipeline stages), else fused ops — never raw ops, whose argument-only chains (bias
+    broadcasts, converts) would multiply the solvers' work for nothing."""
     if level != "auto":
         return frontend.coarsen(original, level)
     devices = max(1, len(topo.accelerators) or topo.num_devices)
-    choice = None
-    for lvl in ("layers", "fuse", "none"):
-        g = frontend.coarsen(original, lvl)
-        if g.num_nodes > AUTO_MAX_NODES and choice is not None:
-            break
-        choice = g
-        if g.num_nodes >= AUTO_MIN_NODES_PER_DEVICE * devices:
-            break
-    return choice
+    layers = frontend.coarsen(original, "layers")
+    if layers.num_nodes >= AUTO_MIN_NODES_PER_DEVICE * devices:
+        return layers
+    fused = frontend.coarsen(original, "fuse")
+    return fused if fused.num_nodes <= AUTO_MAX_NODES else layers
 
 
 def _batch_size(graph: OpGraph) -> int | None:

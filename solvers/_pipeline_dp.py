@@ -68,7 +68,10 @@ class PipelineDP:
             ratio = np.where(supported & (total > 0), wmin[:, None] / total, 0.0)
         self.kappa = np.where(ratio.max(axis=0) > 0, ratio.max(axis=0), 1.0)  # W-capacity of one device per T
         # ---- states: devices used per class (+ stages when replication decouples them)
-        self.reps = [list(range(1, int(c) + 1)) if problem.replication else [1] for c in counts]
+        # a replicated stage splits each microbatch over its replicas, so r must divide the batch
+        b = problem.batch_size
+        self.reps = [[r for r in range(1, int(c) + 1) if not b or b % r == 0] if problem.replication else [1]
+                     for c in counts]
         inflight_varies = problem.mode == "training" and problem.schedule == "1f1b" and problem.microbatches > 1
         self.need_s = problem.replication and (problem.max_stages is not None or inflight_varies)
         smax = int(counts.sum())

@@ -6,7 +6,9 @@ layers. Work is measured as each node's time on the device that gets it, so two 
 get pieces in proportion to their speed. In training, the cut is made on the forward graph and
 each backward node follows its forward partner (colocation class), as in the papers.
 
-``single`` puts the whole model on the fastest accelerator whose memory holds it.
+``single`` puts the whole model on one accelerator (the papers' "one accelerator" baseline): the
+fastest one whose memory holds it, else the fastest one, reported as over memory. Only a cluster
+without accelerators runs it on a CPU.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ class EvenSplit:
 
 
 class SingleDevice:
-    """Everything on one device: the fastest accelerator whose memory holds the whole model."""
+    """Everything on one accelerator: the fastest whose memory holds the whole model."""
 
     name = "single"
     objectives = frozenset({"latency", "throughput"})
@@ -125,7 +127,7 @@ class SingleDevice:
         t0 = time.perf_counter()
         topo = problem.topology
         best = None
-        candidates = list(topo.accelerators) + list(topo.cpus)
+        candidates = list(topo.accelerators) if len(topo.accelerators) else list(topo.cpus)
         for d in candidates:
             if not problem.allowed[:, d].all():
                 continue
