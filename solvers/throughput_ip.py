@@ -502,12 +502,13 @@ class ThroughputIP:
         if origin != "ip":
             parts.append(f"answer is the warm start ({origin})")
         parts.append(f"{'contiguous' if problem.contiguous else 'non-contiguous'}; model {model.nconstraints()} rows x "
-                     f"{model.nvariables()} cols, build {build_time:.2f}s, solve {result.solve_time:.2f}s")
-        opts = dict(result.options)
+                     f"{model.nvariables()} cols")
+        opts = {k: v for k, v in result.options.items() if k != "time_limit"}  # the driver records the user's
         opts.update(contiguous=problem.contiguous, warm_start=start_name or None)
         return chosen.with_certificate(status=status, solver=self.name, objective=objective, bound=bound, gap=gap,
                                        version=VERSION, backend=result.version, message="; ".join(parts + notes),
-                                       options=opts, wall_time=time.perf_counter() - t0)
+                                       options=opts, wall_time=time.perf_counter() - t0,
+                                       details=f"build {build_time:.2f}s, solve {result.solve_time:.2f}s")
 
     @staticmethod
     def _start(problem: Problem, options: SolveOptions, own: dict) -> tuple[Solution | None, str, list[str]]:
