@@ -64,26 +64,11 @@ class TensorType:
 
 
 def make_context():
-    """An MLIR context with func/stablehlo/chlo/sdy/mhlo registered (a bare ``ir.Context`` cannot parse)."""
-    from jax.extend.mlir import ir
-    from jax.extend.mlir.dialects import chlo, sdy, stablehlo
-    from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+    """An MLIR context with func/stablehlo/chlo/sdy/mhlo registered — the front end's, so that the
+    runtime parses artifacts exactly as the planner did."""
+    from planmap.frontend.mlir import make_context as frontend_context
 
-    ctx = ir.Context()
-    registry = ir.DialectRegistry()
-    _jax_mlir_ext.register_dialects(registry)
-    ctx.append_dialect_registry(registry)
-    ctx.load_all_available_dialects()
-    stablehlo.register_dialect(ctx)
-    chlo.register_dialect(ctx)
-    sdy.register_dialect(ctx)
-    try:
-        from jaxlib.mlir.dialects import mhlo
-
-        mhlo.register_mhlo_dialect(ctx)
-    except (ImportError, AttributeError):  # pragma: no cover - older/newer jaxlib
-        pass
-    return ctx
+    return frontend_context(allow_unregistered=False)
 
 
 def entry_function(module, name: str = "main"):
