@@ -14,8 +14,11 @@ import sys
 
 import typer
 
-from planmap import __version__
-from planmap.errors import PlanmapError
+# XLA's C++ INFO logs (one line per device) are noise on a terminal; an explicit setting wins.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+from planmap import __version__  # noqa: E402
+from planmap.errors import PlanmapError  # noqa: E402
 
 __all__ = ["app", "main", "state"]
 
