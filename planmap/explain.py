@@ -155,7 +155,9 @@ def draw(path: str | Path, doc: PlanDocument, problem: Problem, solution: Soluti
         ax.set_yscale("log")  # a small model on big devices: keep both visible
     for i, (m_, c_) in enumerate(zip(mem, cap, strict=True)):
         if np.isfinite(c_) and c_ > 0:
-            ax.annotate(f"{m_ / c_:.1%}", (i, m_), ha="center", va="bottom", fontsize=7)
+            share = 100 * m_ / c_
+            ax.annotate(f"{share:.1f}%" if share >= 1 else f"{share:.2g}%", (i, m_), ha="center", va="bottom",
+                        fontsize=7)
     ax.set_xticks(range(len(used)), [topo.names[d] for d in used], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("GiB")
     ax.set_title("memory per device (share of usable capacity)", fontsize=9)
