@@ -64,6 +64,8 @@ class PipelineDP:
         self.W = np.concatenate([unpack(costs.bits[lo: lo + 4096], costs.U).astype(float) @ wmin
                                  for lo in range(0, costs.N, 4096)])
         self.W_total = float(wmin.sum())
+        self.by_w = np.argsort(self.W, kind="stable")  # ideals in W order: candidate windows are slices
+        self.w_sorted = self.W[self.by_w]
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(supported & (total > 0), wmin[:, None] / total, 0.0)
         self.kappa = np.where(ratio.max(axis=0) > 0, ratio.max(axis=0), 1.0)  # W-capacity of one device per T
@@ -144,43 +146,33 @@ class PipelineDP:
         return (self.valid & (self.W[i] <= threshold * self.used_cap + slack)
                 & (self.W_total - self.W[i] <= threshold * self.rem_cap + slack))
 
-    def _candidates(self, i: int, sw: np.ndarray, sidx: np.ndarray, alive: np.ndarray, threshold: float,
-                    preds: np.ndarray):
+    def _candidates(self, i: int, reached: np.ndarray, threshold: float, preds: np.ndarray):
         """Sub-ideals ``J`` of ``i`` that can start the stage ``i \\ J``: compute within ``T * r_max``, and
-        alive at a predecessor state of a state ``i`` can reach (``alive`` is (N, S))."""
+        reached at a predecessor state of a state ``i`` can reach (``reached`` is (N, S), nonzero where
+        the pass has a value: alive flags, or label counts in the Pareto pass)."""
         bits, W = self.costs.bits, self.W
         tol = 1e-9 * max(self.W_total, 1e-300)
         win = threshold * self.r_max
         floor = W[i] - win
         if np.isfinite(threshold):
             floor = max(floor, float((self.W_total - threshold * self.rem_cap[preds]).min()))
-        lo = np.searchsorted(sw, floor - tol) if np.isfinite(floor) else 0
-        hi = np.searchsorted(sw, W[i] + tol, side="right")
-        cand = sidx[lo:hi]
+        lo = np.searchsorted(self.w_sorted, floor - tol) if np.isfinite(floor) else 0
+        hi = np.searchsorted(self.w_sorted, W[i] + tol, side="right")
+        cand = self.by_w[lo:hi]
         cand = cand[(self.level[cand] < self.level[i])]
-        cand = cand[alive[np.ix_(cand, preds)].any(axis=1)]
+        cand = cand[reached[np.ix_(cand, preds)].any(axis=1)]
         if len(cand):
             cand = cand[~((bits[cand] & ~bits[i][None, :]).any(axis=1))]
         return cand
 
-    def run(self, threshold: float, variant: str = "max-load", deadline: float | None = None,
-            progress=None) -> DPResult:
-        if variant == "max-fw-plus-max-bw":
-            return self._run_pareto(threshold, deadline, progress)
-        costs, N, S = self.costs, self.costs.N, self.S
-        f = np.full((N, S), np.inf)  # f[ideal, state]: rows gathered per candidate set
-        f[0, 0] = 0.0
-        back_j = np.full((N, S), -1, np.int64)
-        back_tr = np.full((N, S), -1, np.int64)
-        alive = np.zeros((N, S), bool)
-        alive[0, 0] = True
-        sidx = np.argsort(self.W, kind="stable")
-        sw = self.W[sidx]
-        full = N - 1
-        pairs = 0
-        finite = np.isfinite(threshold)
+    def _stage_ends(self, threshold: float, deadline: float | None, reached: np.ndarray):
+        """The ideals ``i``, in order, at which a stage can end, with what both passes need first: the
+        states the threshold leaves ``i``, the transitions into them, the sub-ideals that can start
+        the stage, those stages' costs and memory fits. Yields (i, target states, transitions,
+        candidates, pair costs, fits); checks the clock as it goes. ``reached`` is read lazily, so a
+        pass sees the values it has filled in for the ideals before ``i``."""
         rule = self.ws_rule()
-        for i in range(1, N):
+        for i in range(1, self.costs.N):
             if deadline is not None and (i & 255) == 0 and time.perf_counter() > deadline:
                 raise DPTimeout("the DP ran out of time")
             targets = self._targets(i, threshold)
@@ -189,12 +181,28 @@ class PipelineDP:
             if not trans:
                 continue
             preds = np.unique(np.concatenate([x[3] for x in trans]))
-            cand = self._candidates(i, sw, sidx, alive, threshold, preds)
+            cand = self._candidates(i, reached, threshold, preds)
             if not len(cand):
                 continue
+            pc = self.costs.pairs(i, cand, rule)
+            yield i, targets, trans, cand, pc, self._fit_rows(pc)
+
+    def run(self, threshold: float, variant: str = "max-load", deadline: float | None = None,
+            progress=None) -> DPResult:
+        if variant == "max-fw-plus-max-bw":
+            return self._run_pareto(threshold, deadline, progress)
+        N, S = self.costs.N, self.S
+        f = np.full((N, S), np.inf)  # f[ideal, state]: rows gathered per candidate set
+        f[0, 0] = 0.0
+        back_j = np.full((N, S), -1, np.int64)
+        back_tr = np.full((N, S), -1, np.int64)
+        alive = np.zeros((N, S), bool)
+        alive[0, 0] = True
+        full = N - 1
+        pairs = 0
+        finite = np.isfinite(threshold)
+        for i, targets, trans, cand, pc, fits in self._stage_ends(threshold, deadline, alive):
             pairs += len(cand)
-            pc = costs.pairs(i, cand, rule)
-            fits = self._fit_rows(pc)
             F = f[cand]
             best = f[i]
             bj, btr = back_j[i], back_tr[i]
@@ -240,31 +248,15 @@ class PipelineDP:
 
         Labels live in flat growing arrays, appended ideal by ideal; ``start``/``count`` (N, S) locate
         the labels of each state. Label 0 is the empty placement."""
-        costs, N, S = self.costs, self.costs.N, self.S
+        N, S = self.costs.N, self.S
         labels = _Labels()
         start = np.zeros((N, S), np.int64)
         count = np.zeros((N, S), np.int64)
         count[0, 0] = 1
-        sidx = np.argsort(self.W, kind="stable")
-        sw = self.W[sidx]
         pairs = 0
         finite = np.isfinite(threshold)
-        rule = self.ws_rule()
-        for i in range(1, N):
-            if deadline is not None and (i & 255) == 0 and time.perf_counter() > deadline:
-                raise DPTimeout("the DP ran out of time")
-            targets = self._targets(i, threshold)
-            trans = [(k, t, r, a[targets[b]], b[targets[b]]) for k, (t, r, a, b) in enumerate(self.trans)]
-            trans = [x for x in trans if len(x[3])]
-            if not trans:
-                continue
-            preds = np.unique(np.concatenate([x[3] for x in trans]))
-            cand = self._candidates(i, sw, sidx, count > 0, threshold, preds)
-            if not len(cand):
-                continue
+        for i, _, trans, cand, pc, fits in self._stage_ends(threshold, deadline, count):
             pairs += len(cand)
-            pc = costs.pairs(i, cand, rule)
-            fits = self._fit_rows(pc)
             parts = []
             for k, t, r, a, b in trans:
                 fw, bw = self._loads(pc, t, r)

@@ -32,7 +32,7 @@ from scipy.sparse import csr_matrix
 from planmap.problem import Problem
 
 from ._ideals import member, pack, unpack
-from ._stage_units import DeviceClasses
+from ._stage_units import DeviceClasses, crossing_values, unit_memory
 
 __all__ = ["StageCosts", "PairCosts"]
 
@@ -81,13 +81,7 @@ class StageCosts:
         np.add.at(unit_f, uo[~back], times[~back])
         np.add.at(unit_b, uo[back], times[back])
         np.add.at(bad, uo, (~ok_node).astype(float))
-        state = np.zeros(U)
-        np.add.at(state, uo, g.state_bytes.astype(float))
-        stash = np.zeros(U)
-        if problem.mode == "training":
-            np.add.at(stash, uo, cost.stash_bytes.astype(float))
-        ws = np.zeros(U)
-        np.maximum.at(ws, uo, cost.working_set.astype(float))
+        state, stash, ws = unit_memory(problem, uo, U)
         self.unit_total = unit_f + unit_b
         self.unit_bad = bad > 0
         # ---- parameters: single-unit ones are additive, shared ones are frontier terms
@@ -106,14 +100,7 @@ class StageCosts:
                     multi_users.append(pairs[s0: s0 + c, 1])
                     multi_bytes.append(float(g.value_bytes[v]))
         # ---- values that can cross a stage border: producer unit p, distinct consumer units != p
-        src = g.edge_src
-        keep = src >= 0
-        ev, ed = g.edge_value[keep].astype(np.int64), g.edge_dst[keep].astype(np.int64)
-        pu = uo[g.value_node[ev]]
-        cu = uo[ed]
-        cross = pu != cu
-        vc = np.unique(np.stack([ev[cross], cu[cross]], 1), axis=0) if cross.any() else np.zeros((0, 2), np.int64)
-        hval, hstart = np.unique(vc[:, 0], return_index=True) if len(vc) else (np.zeros(0, np.int64),) * 2
+        vc, hval, hstart = crossing_values(problem, uo)
         H = len(hval)
         self.H = H
         self.h_prod = uo[g.value_node[hval]] if H else np.zeros(0, np.int64)

@@ -31,7 +31,8 @@ from scipy.sparse.csgraph import connected_components
 from planmap.errors import PlanmapError
 from planmap.problem import Problem
 
-__all__ = ["Units", "DeviceClasses", "build_units", "device_classes", "allreduce_times"]
+__all__ = ["Units", "DeviceClasses", "build_units", "unit_memory", "crossing_values", "topological_order",
+           "device_classes", "allreduce_times"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +92,7 @@ def build_units(problem: Problem) -> Units:
     pairs = np.unique(np.stack([ca[keep], cb[keep]], 1), axis=0) if keep.any() else np.zeros((0, 2), np.int64)
     first_node = np.full(ncomp, n, np.int64)
     np.minimum.at(first_node, comp[unit_of], np.arange(n))
-    order = _topo_order(ncomp, pairs, first_node)
+    order = topological_order(ncomp, pairs, first_node)
     rank = np.empty(ncomp, np.int64)
     rank[order] = np.arange(ncomp)
     node_unit = rank[comp[unit_of]]
@@ -99,7 +100,7 @@ def build_units(problem: Problem) -> Units:
     return Units(node_unit, ncomp, e.reshape(-1, 2), contig)
 
 
-def _topo_order(k: int, pairs: np.ndarray, tiebreak: np.ndarray) -> list[int]:
+def topological_order(k: int, pairs: np.ndarray, tiebreak: np.ndarray) -> list[int]:
     """Kahn's algorithm, smallest ``tiebreak`` first (deterministic: follows the graph's node order)."""
     import heapq
 
@@ -119,6 +120,40 @@ def _topo_order(k: int, pairs: np.ndarray, tiebreak: np.ndarray) -> list[int]:
             if indeg[w] == 0:
                 heapq.heappush(heap, (int(tiebreak[w]), w))
     return order
+
+
+def unit_memory(problem: Problem, unit_of: np.ndarray, num_units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per unit: state bytes, activation bytes stashed per in-flight microbatch (training only) and
+    the largest working set — the memory terms a stage of units adds up (state, stash) or maximises
+    (working set), as :func:`planmap.evaluate.evaluate` charges them. Parameters are not here: a
+    parameter shared by several units is counted once per stage, which each exact solver encodes
+    its own way."""
+    g, cost = problem.graph, problem.cost
+    state = np.zeros(num_units)
+    np.add.at(state, unit_of, g.state_bytes.astype(float))
+    stash = np.zeros(num_units)
+    if problem.mode == "training":
+        np.add.at(stash, unit_of, cost.stash_bytes.astype(float))
+    ws = np.zeros(num_units)
+    np.maximum.at(ws, unit_of, cost.working_set.astype(float))
+    return state, stash, ws
+
+
+def crossing_values(problem: Problem, unit_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The values that can cross a stage border: read by a unit other than their producer's.
+
+    Returns the distinct (value, consumer unit) pairs (P, 2), sorted, the consumer unit never the
+    producer's; the distinct values among them; and where each value's pairs start. Transfers are
+    charged per distinct value and receiving stage, so this is what the exact solvers cost.
+    """
+    g = problem.graph
+    keep = g.edge_src >= 0
+    ev, ed = g.edge_value[keep].astype(np.int64), g.edge_dst[keep].astype(np.int64)
+    pu, cu = unit_of[g.value_node[ev]], unit_of[ed]
+    cross = pu != cu
+    pairs = np.unique(np.stack([ev[cross], cu[cross]], 1), axis=0) if cross.any() else np.zeros((0, 2), np.int64)
+    vals, starts = np.unique(pairs[:, 0], return_index=True) if len(pairs) else (np.zeros(0, np.int64),) * 2
+    return pairs, vals, starts
 
 
 # ------------------------------------------------------------------------------------ devices

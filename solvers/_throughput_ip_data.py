@@ -16,7 +16,7 @@ import numpy as np
 from planmap.errors import PlanmapError
 from planmap.problem import Problem
 
-from ._stage_units import contiguity_mask, device_classes
+from ._stage_units import contiguity_mask, crossing_values, device_classes, unit_memory
 
 __all__ = ["IPData", "prepare", "interchangeable"]
 
@@ -71,12 +71,7 @@ def prepare(problem: Problem, unit: float | None = None) -> IPData:
     tf, tb = np.zeros((U, D)), np.zeros((U, D))
     np.add.at(tf, unit_of[~g.backward], t[~g.backward])
     np.add.at(tb, unit_of[g.backward], t[g.backward])
-    keep = g.edge_src >= 0
-    ev, ed = g.edge_value[keep].astype(np.int64), g.edge_dst[keep].astype(np.int64)
-    pu, cu = unit_of[g.value_node[ev]], unit_of[ed]
-    cross = pu != cu
-    pairs = np.unique(np.stack([ev[cross], cu[cross]], 1), axis=0) if cross.any() else np.zeros((0, 2), np.int64)
-    vals, starts = np.unique(pairs[:, 0], return_index=True) if len(pairs) else (np.zeros(0, np.int64),) * 2
+    pairs, vals, starts = crossing_values(problem, unit_of)
     ends = np.append(starts[1:], len(pairs)).astype(np.int64)
     cons = [pairs[a:b, 1] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
     pair_recv = pair_send = None
@@ -106,13 +101,7 @@ def prepare(problem: Problem, unit: float | None = None) -> IPData:
             b = float(g.value_bytes[v]) * cost.param_factor
             if b > 0:
                 params.append((b, pp[pp[:, 0] == v, 1]))
-    state = np.zeros(U)
-    np.add.at(state, unit_of, g.state_bytes.astype(float))
-    stash = np.zeros(U)
-    if problem.mode == "training":
-        np.add.at(stash, unit_of, cost.stash_bytes.astype(float))
-    ws = np.zeros(U)
-    np.maximum.at(ws, unit_of, cost.working_set.astype(float))
+    state, stash, ws = unit_memory(problem, unit_of, U)
     mask = contiguity_mask(problem)
     s, d = g.node_edges
     s, d = s.astype(np.int64), d.astype(np.int64)

@@ -27,7 +27,9 @@ import numpy as np
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
-from ._segments import fallback, repair, solution_from_devices, supported
+from ._node_memory import add_param_bytes
+from ._repair import best_effort, repair, supported
+from ._segments import solution_from_devices
 
 __all__ = ["Metis", "metis_partition"]
 
@@ -80,11 +82,7 @@ def metis_partition(problem: Problem, seed: int = 0, balance: str = "compute") -
         t = np.where(np.isfinite(t), t, np.nanmin(np.where(problem.allowed, cost.device_compute, np.nan), axis=1))
         node_w = np.nan_to_num(t, nan=0.0)
     else:
-        node_w = g.state_bytes.astype(float) + cost.stash_bytes
-        pv, pn = cost.param_use
-        if len(pv):
-            pairs = np.unique(np.stack([pv, pn], 1), axis=0)
-            np.add.at(node_w, pairs[:, 1], g.value_bytes[pairs[:, 0]] * cost.param_factor)
+        node_w = add_param_bytes(problem, g.state_bytes.astype(float) + cost.stash_bytes)
     vw = np.zeros(V)
     np.add.at(vw, vid, node_w)
     # edge weights: transfer time of the distinct values between two vertices
@@ -157,10 +155,7 @@ class Metis:
                 best = (sol, ev)
             if ev.feasible and balance == "compute" and not _memory_tight(ev):
                 break
-        sol, ev = best
-        if not ev.feasible:
-            sol, ev = fallback(problem, sol, ev, cert, options)
-        return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0)
+        return best_effort(problem, *best, cert, options, t0)
 
 
 def _memory_tight(ev) -> bool:

@@ -31,7 +31,7 @@ from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
 from ._ideals import pack
 from ._pipeline_dp import to_solution
-from ._stage_units import Units, _topo_order, build_units
+from ._stage_units import Units, build_units, topological_order
 
 __all__ = ["PipeDream", "layer_chain", "chain_ideals"]
 
@@ -122,7 +122,7 @@ def layer_chain(problem: Problem, units: Units, granularity: str = "layer") -> n
     nc = int(comp.max()) + 1
     first = np.full(nc, U, np.int64)
     np.minimum.at(first, comp[label], np.arange(U))
-    order = _topo_order(nc, pairs, first)
+    order = topological_order(nc, pairs, first)
     rank = np.empty(nc, np.int64)
     rank[order] = np.arange(nc)
     return rank[comp[label]]

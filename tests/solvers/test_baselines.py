@@ -12,9 +12,10 @@ import re
 
 import numpy as np
 import pytest
-from planmap.solvers._segments import contiguous_repair, repair, segments_from_devices, split_pieces
+from planmap.solvers._repair import contiguous_repair, repair
+from planmap.solvers._segments import segments_from_devices, split_pieces
+from planmap.solvers._throughput_loads import ThroughputLoads
 from planmap.solvers.greedy import greedy_latency, memory_fill
-from planmap.solvers.local_search import ThroughputLoads
 
 from planmap import solvers
 from planmap.errors import InfeasibleError
