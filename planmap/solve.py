@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.evaluate import Evaluation, evaluate
-from planmap.problem import Problem, Solution, SolveOptions, relative_gap
+from planmap.problem import Problem, Solution, SolveOptions, Status, relative_gap
 from planmap.units import format_bytes
 
 __all__ = ["SolveResult", "solve", "memory_precheck", "CLAIM_TOLERANCE"]
@@ -76,7 +76,12 @@ def _run(name: str, problem: Problem, options: SolveOptions) -> Solution:
 
 
 def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None = None) -> SolveResult:
-    """Solve ``problem``; with ``solver="auto"`` try :func:`planmap.solvers.auto_candidates` in order."""
+    """Solve ``problem``; with ``solver="auto"`` try :func:`planmap.solvers.auto_candidates` in order.
+
+    ``auto`` stops at the first answer with a proof (optimal, or within the gap); a heuristic answer
+    (e.g. the DP exact within one host only) warm-starts the next candidate, and the best answer
+    under the evaluator wins. The time limit is for the whole chain.
+    """
     from planmap import solvers
 
     options = options or SolveOptions()
@@ -84,21 +89,45 @@ def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None =
     t0 = time.perf_counter()
     names = solvers.auto_candidates(problem) if solver == "auto" else [solver]
     tried: list[tuple[str, str]] = []
+    best: tuple[float, str, Solution] | None = None
     for name in names:
+        left = options.time_limit - (time.perf_counter() - t0)
+        if best is not None and left <= 0:
+            break
+        opts = replace(options, time_limit=max(left, 1e-3),
+                       warm_start=best[2] if best is not None else options.warm_start)
         try:
-            sol = _run(name, problem, options)
+            sol = _run(name, problem, opts)
         except SolverUnavailableError as e:
             if solver != "auto":
                 raise
             tried.append((name, str(e)))
             continue
         except PlanmapError as e:
-            if solver != "auto" or isinstance(e, InfeasibleError):
+            if solver != "auto" or (isinstance(e, InfeasibleError) and best is None):
                 raise
             tried.append((name, str(e)))
             continue
-        return _finish(problem, sol, name, tuple(tried), time.perf_counter() - t0, options)
-    raise SolverUnavailableError("no solver could handle this problem: " + "; ".join(f"{n}: {w}" for n, w in tried))
+        if solver != "auto":
+            return _finish(problem, sol, name, tuple(tried), time.perf_counter() - t0, options)
+        ev = evaluate(problem, sol)
+        proven = sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED)
+        if ev.feasible and (best is None or ev.objective < best[0] * (1 - CLAIM_TOLERANCE)
+                            or (proven and ev.objective <= best[0] * (1 + CLAIM_TOLERANCE))):
+            if best is not None:
+                tried.append((best[1], f"{best[2].certificate.status} answer {best[0]:.6g}s superseded"))
+            best = (ev.objective, name, sol)
+        elif ev.feasible:
+            tried.append((name, f"{sol.certificate.status} answer {ev.objective:.6g}s, not better"))
+        else:
+            tried.append((name, "answer violates constraints: " + "; ".join(ev.violations)))
+        if proven and ev.feasible:
+            break
+    if best is None:
+        raise SolverUnavailableError("no solver could handle this problem: "
+                                     + "; ".join(f"{n}: {w}" for n, w in tried))
+    _, name, sol = best
+    return _finish(problem, sol, name, tuple(tried), time.perf_counter() - t0, options)
 
 
 def _finish(problem: Problem, sol: Solution, name: str, tried, wall: float, options: SolveOptions) -> SolveResult:

@@ -178,6 +178,10 @@ class DeviceClasses:
         return np.array([len(d) for d in self.devices], np.int64)
 
 
+class NonUniformCharges(PlanmapError):
+    """A device's transfer charges depend on the other end, which the pipeline DP cannot model."""
+
+
 def device_classes(problem: Problem) -> DeviceClasses:
     """Group the devices a plan may use; raise PlanmapError when charges depend on both ends."""
     topo, cost, g = problem.topology, problem.cost, problem.graph
@@ -194,10 +198,10 @@ def device_classes(problem: Problem) -> DeviceClasses:
             p, la, ib = paid[idx], np.where(paid[idx], lat[idx], 0.0), np.where(paid[idx], ibw[idx], 0.0)
             if p.min() != p.max() or la.min() != la.max() or ib.min() != ib.max():
                 what = "receive" if side == 0 else "send"
-                raise PlanmapError(
+                raise NonUniformCharges(
                     f"the exact pipeline solvers need transfer charges that depend only on the paying device, but "
                     f"what {topo.names[a]} pays to {what} a tensor depends on the other end (e.g. a direct link "
-                    "to some devices and host memory to others); use solver 'local-search' or 'even', or pin "
+                    "to some devices and host memory to others); use solver 'ip' or 'local-search', or pin "
                     "the model to devices of one kind")
     values = np.arange(g.num_values)
     keys: dict[tuple, list[int]] = {}

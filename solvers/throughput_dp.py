@@ -41,7 +41,7 @@ from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from ._ideals import enumerate_ideals
 from ._pipeline_dp import DPTimeout, PipelineDP, to_solution
 from ._stage_costs import StageCosts
-from ._stage_units import DeviceClasses, build_units, device_classes
+from ._stage_units import DeviceClasses, NonUniformCharges, build_units, device_classes
 
 __all__ = ["ThroughputDP", "PreparedDP", "prepare", "incumbents", "threshold_ladder"]
 
@@ -139,6 +139,45 @@ class ThroughputDP:
         t0 = time.perf_counter()
         if problem.objective != "throughput":
             raise SolverUnavailableError(f"solver 'dp' plans pipelines (objective throughput), not {problem.objective}")
+        try:
+            return self._exact(problem, options, t0)
+        except NonUniformCharges as e:
+            return self._per_host(problem, options, t0, e)
+
+    def _per_host(self, problem: Problem, options: SolveOptions, t0: float, why: NonUniformCharges) -> Solution:
+        """Charges differ between hosts (NVLink inside, a network between): solve exactly within each
+        host — where they are uniform — and keep the best. Not a proof for the whole cluster, so the
+        answer is a heuristic; ``solver: auto`` goes on to methods that model every link."""
+        from dataclasses import replace
+
+        topo = problem.topology
+        best: tuple[float, int, Solution] | None = None
+        hosts = sorted({int(h) for h in topo.device_host[problem.allowed.any(axis=0)]})
+        for k, h in enumerate(hosts):
+            allowed = problem.allowed & (topo.device_host == h)[None, :]
+            if not allowed.any(axis=1).all():
+                continue
+            left = options.time_limit - (time.perf_counter() - t0)
+            if left <= 0:
+                break
+            sub = replace(problem, allowed=allowed)
+            try:
+                sol = self._exact(sub, replace(options, time_limit=left / (len(hosts) - k)), time.perf_counter())
+            except PlanmapError:  # this host alone cannot hold the model, or its charges are not uniform either
+                continue
+            obj = evaluate(problem, sol).objective
+            if best is None or obj < best[0]:
+                best = (obj, h, sol)
+        if best is None:
+            raise why
+        obj, h, sol = best
+        host_name = next(d.host_name for d in topo.devices if d.host == h)
+        return sol.with_certificate(status=Status.HEURISTIC, bound=None, gap=None, objective=obj,
+                                    wall_time=time.perf_counter() - t0,
+                                    message=f"transfer charges differ between hosts, so the DP is exact within one "
+                                            f"host only: best on {host_name} ({sol.certificate.message})")
+
+    def _exact(self, problem: Problem, options: SolveOptions, t0: float) -> Solution:
         pt = dict(options.passthrough)
         prep = prepare(problem, int(pt.get("max_ideals", DEFAULT_MAX_IDEALS)))
         engine = prep.engine

@@ -123,7 +123,7 @@ def solve(
         out.print(str(plan_path))
         return
     for name, why in result.tried:
-        err.print(f"[dim]auto: skipped {name}: {why}[/]")
+        err.print(f"[dim]auto: {name}: {why}[/]")
     _summary(problem, result.solution, result.evaluation, plan_path, wall)
 
 
