@@ -213,10 +213,13 @@ class Solver(Protocol):
 
 
 # ----------------------------------------------------------------------------------- problem
-_NO_KERNEL = frozenset({
+# Kernels a node launches (each pays the device type's opOverhead): XLA fuses elementwise ops and data
+# movement into the contraction / reduction / loop they feed, so a fused node costs one launch per
+# "anchor" op, or one loop kernel when it has no anchor; constants, reshapes and the like cost none.
+_KERNEL_FREE = frozenset({
     "stablehlo.constant", "stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.get_tuple_element",
     "stablehlo.tuple", "stablehlo.bitcast_convert", "stablehlo.iota", "stablehlo.optimization_barrier",
-    "sdy.sharding_constraint", "func.return",
+    "sdy.sharding_constraint", "func.return", "chlo.constant", "chlo.constant_like", "sdy.constant",
 })
 
 
@@ -287,11 +290,21 @@ class Problem:
 
 
 def _kernels(graph: OpGraph, original: OpGraph) -> np.ndarray:
-    heavy = np.array([k not in _NO_KERNEL for k in original.kind], np.int64)
-    counts = np.add.reduceat(heavy[graph.members], graph.members_indptr[:-1]) if graph.num_nodes else heavy[:0]
+    """Kernel launches per node: its anchor ops (contractions, reductions, control flow, calls), or one
+    loop-fusion kernel for a node of only elementwise/data-movement ops, or none for free ops."""
+    from planmap.frontend.costs import BODY_OPS, SPECIAL
+
+    kinds = np.asarray(original.kind, dtype=object)
+    anchor = np.array([k in SPECIAL or k in BODY_OPS or k.startswith("stablehlo.custom_call") for k in kinds],
+                      np.int64)
+    work = np.array([k not in _KERNEL_FREE for k in kinds], np.int64)
+    if graph.num_nodes == 0:
+        return np.zeros(0)
+    starts = graph.members_indptr[:-1]
     empty = np.diff(graph.members_indptr) == 0
-    counts = np.where(empty, 0, counts)
-    return np.maximum(counts, 1)
+    anchors = np.where(empty, 0, np.add.reduceat(anchor[graph.members], starts))
+    any_work = np.where(empty, 0, np.add.reduceat(work[graph.members], starts)) > 0
+    return np.where(anchors > 0, anchors, any_work.astype(np.int64)).astype(float)
 
 
 def _pins(spec, graph: OpGraph, original: OpGraph, topo: Topology, allowed: np.ndarray) -> None:
