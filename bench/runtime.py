@@ -98,6 +98,7 @@ def solved_plans(out: Path) -> list[tuple[str, str, Path]]:
 
 def measure(path: Path, steps: int) -> dict:
     import jax
+
     import planmap.runtime as rt
     from planmap.runtime.inputs import random_inputs
     from planmap.runtime.verify import compare, reference_outputs

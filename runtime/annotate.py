@@ -87,6 +87,7 @@ def annotate_module(module, ctx, axes: Sequence[tuple[str, int]], *, arg_specs: 
     """Add the mesh, argument/result shardings and constraints (``(op, result number, spec)``) in place."""
     from jax.extend.mlir import ir
     from jax.extend.mlir.dialects import sdy
+
     from planmap.runtime.artifact import entry_function
 
     with ctx, ir.Location.unknown():

@@ -17,12 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from planmap.runtime.artifact import Artifact, canonical_text
-from planmap.runtime.executable import Executable
-
 from planmap.errors import InputError, PlanmapError
 from planmap.plan import LoadedPlan
 from planmap.plan import load as load_plan
+from planmap.runtime.artifact import Artifact, canonical_text
+from planmap.runtime.executable import Executable
 
 __all__ = ["load", "apply", "PytreeExecutable"]
 

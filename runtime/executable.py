@@ -25,6 +25,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
+
+from planmap.errors import InputError, PlanmapError
+from planmap.plan.document import PlanDocument
 from planmap.runtime.artifact import Artifact
 from planmap.runtime.compile import CompiledSegment, compile_segment
 from planmap.runtime.devices import map_devices, stage_meshes
@@ -34,9 +37,6 @@ from planmap.runtime.schedule import dispatch_order
 from planmap.runtime.segments import form_segments
 from planmap.runtime.split import plan_cuts
 from planmap.runtime.transfer import place
-
-from planmap.errors import InputError, PlanmapError
-from planmap.plan.document import PlanDocument
 
 __all__ = ["Executable"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from planmap.runtime.artifact import Artifact, entry_function, make_context
 
 from planmap.errors import InputError
+from planmap.runtime.artifact import Artifact, entry_function, make_context
 
 __all__ = ["random_inputs", "load_inputs", "index_bound", "DEFAULT_INDEX_BOUND"]
 

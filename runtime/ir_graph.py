@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from planmap.runtime.artifact import Artifact, TensorType, _tensor_type, entry_function, make_context
 
 __all__ = ["ARG", "Ref", "EntryGraph", "top_level_ops"]

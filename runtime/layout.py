@@ -30,11 +30,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from planmap.runtime.annotate import Spec, is_replicated, normalize_spec, restrict_spec
-from planmap.runtime.ir_graph import ARG, EntryGraph, Ref
 
 from planmap.errors import InputError
 from planmap.plan.document import PlanDocument
+from planmap.runtime.annotate import Spec, is_replicated, normalize_spec, restrict_spec
+from planmap.runtime.ir_graph import ARG, EntryGraph, Ref
 
 __all__ = ["Layouts", "batch_size", "combine_rules", "COMBINE_RULES"]
 

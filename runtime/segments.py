@@ -13,11 +13,11 @@ import heapq
 from dataclasses import dataclass
 
 import numpy as np
-from planmap.runtime.ir_graph import ARG, EntryGraph
 
 from planmap.errors import InputError
 from planmap.plan.build import ranges_to_ids
 from planmap.plan.document import PlanDocument
+from planmap.runtime.ir_graph import ARG, EntryGraph
 
 __all__ = ["Segment", "op_stages", "form_segments"]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from planmap.runtime.artifact import Artifact, entry_function
 from planmap.runtime.ir_graph import ARG, EntryGraph, Ref, top_level_ops
 

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from planmap.errors import InputError
 from planmap.runtime.executable import Executable
 from planmap.runtime.optim import Optimizer
 from planmap.runtime.transfer import place
-
-from planmap.errors import InputError
 
 __all__ = ["Trainer"]
 

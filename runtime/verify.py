@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from planmap.runtime.artifact import make_context
 from planmap.runtime.wrap import to_exported
 

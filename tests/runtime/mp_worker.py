@@ -18,8 +18,8 @@ def main(process_id: int, port: int, out: str, plans: list[str]) -> None:
     distributed.initialize(f"127.0.0.1:{port}", 2, process_id)
     import jax
     import numpy as np
-    import planmap.runtime as rt
 
+    import planmap.runtime as rt
     from planmap.examples.models import mlp
 
     assert jax.process_count() == 2 and len(jax.devices()) == 8 and len(jax.local_devices()) == 4

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-import planmap.runtime as rt
 import pytest
+
+import planmap.runtime as rt
+from planmap.errors import InputError, PlanmapError, StalePlanError
+from planmap.examples.models import mlp
 from planmap.runtime.artifact import Artifact, canonical_text
 from planmap.runtime.inputs import index_bound, random_inputs
 from planmap.runtime.schedule import dispatch_order
-
-from planmap.errors import InputError, PlanmapError, StalePlanError
-from planmap.examples.models import mlp
 from tests.runtime.conftest import leaves, mlp_batch, single_device
 from tests.runtime.plans import MODELS, devs, stage, write_plan
 

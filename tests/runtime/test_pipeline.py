@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-import planmap.runtime as rt
 import pytest
-from planmap.runtime.artifact import Artifact, entry_function, make_context
-from planmap.runtime.ir_graph import top_level_ops
 
+import planmap.runtime as rt
 from planmap.errors import PlanmapError
 from planmap.examples.models import gpt, mlp
 from planmap.plan.build import op_ranges
+from planmap.runtime.artifact import Artifact, entry_function, make_context
+from planmap.runtime.ir_graph import top_level_ops
 from tests.runtime.conftest import gpt_tokens, leaves, mlp_batch, single_device
 from tests.runtime.plans import MODELS, devs, stage, write_plan
 

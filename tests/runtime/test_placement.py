@@ -7,8 +7,8 @@ each segment runs on its own device in dependency order and values move between 
 from __future__ import annotations
 
 import numpy as np
-import planmap.runtime as rt
 
+import planmap.runtime as rt
 from planmap.examples.models import mlp
 from tests.runtime.conftest import leaves, mlp_batch, single_device
 from tests.runtime.plans import stage, write_plan

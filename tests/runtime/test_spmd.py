@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import planmap.runtime as rt
 import pytest
 from jax.sharding import PartitionSpec as P
+
+import planmap.runtime as rt
+from planmap.examples.models import gpt, mlp
 from planmap.runtime.artifact import Artifact
 from planmap.runtime.ir_graph import EntryGraph
-
-from planmap.examples.models import gpt, mlp
 from tests.runtime.conftest import gpt_tokens, leaves, mlp_batch, single_device
 from tests.runtime.plans import MODELS, devs, stage, write_plan
 

@@ -12,16 +12,16 @@ import re
 
 import numpy as np
 import pytest
-from planmap.solvers._repair import contiguous_repair, repair
-from planmap.solvers._segments import segments_from_devices, split_pieces
-from planmap.solvers._throughput_loads import ThroughputLoads
-from planmap.solvers.greedy import greedy_latency, memory_fill
 
 from planmap import solvers
 from planmap.errors import InfeasibleError
 from planmap.evaluate import evaluate, nonconvex_units, quotient_order
 from planmap.problem import Certificate, Problem, Solution, SolveOptions
 from planmap.solve import solve
+from planmap.solvers._repair import contiguous_repair, repair
+from planmap.solvers._segments import segments_from_devices, split_pieces
+from planmap.solvers._throughput_loads import ThroughputLoads
+from planmap.solvers.greedy import greedy_latency, memory_fill
 from planmap.synthetic import layered_dag, paper_topology, profiled_graph, random_dag
 
 CPU, ACC0, ACC1, ACC2, ACC3 = 0, 1, 2, 3, 4

@@ -14,10 +14,9 @@ import pytest
 pyo = pytest.importorskip("pyomo.environ")
 pytest.importorskip("highspy")
 
-from planmap.solvers import _mip  # noqa: E402
-
 from planmap.errors import PlanmapError, SolverUnavailableError  # noqa: E402
 from planmap.problem import SolveOptions, Status  # noqa: E402
+from planmap.solvers import _mip  # noqa: E402
 
 
 def knapsack(n: int = 30, seed: int = 0, *, hard: bool = False):

@@ -14,12 +14,12 @@ import math
 
 import numpy as np
 import pytest
-from planmap.solvers.pipedream import PipeDream
-from planmap.solvers.throughput_dp import ThroughputDP, prepare
 
 from planmap.errors import PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status
+from planmap.solvers.pipedream import PipeDream
+from planmap.solvers.throughput_dp import ThroughputDP, prepare
 from planmap.synthetic import layered_dag, paper_topology, profiled_graph
 from planmap.synthetic_pipelines import Layers, pipeline_graph, tight_memory, workload
 
