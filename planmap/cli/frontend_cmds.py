@@ -39,8 +39,7 @@ def inspect(
     loop_trip_count: int = typer.Option(1, "--loop-trip-count", min=1,
                                         help="Trip count assumed for while loops without a static bound."),
 ) -> None:
-    """Summarise a model: op counts by kind, FLOPs, parameter and activation bytes, the heaviest ops and
-    layers, the coarsened size and any op kinds without a cost formula."""
+    """Summarise a model: op counts, FLOPs, bytes, heaviest ops and layers, coarsened size, unknown ops."""
     from planmap.frontend import load_model
     from planmap.frontend.costs import CostWarning
     from planmap.frontend.report import inspect_graph
