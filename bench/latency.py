@@ -21,12 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from planmap.solvers.latency_ip import LatencyIP
 
 from planmap import solvers
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
+from planmap.solvers.latency_ip import LatencyIP
 from planmap.synthetic_nets import bert, gnmt, inception_v3, net_topology, resnet50
 
 ROOT = Path(__file__).resolve().parent.parent

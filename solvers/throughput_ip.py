@@ -495,7 +495,9 @@ class ThroughputIP:
         if status in (Status.OPTIMAL, Status.GAP_REACHED):
             status = Status.OPTIMAL if (gap or 0.0) <= _mip.OPTIMAL_GAP else Status.GAP_REACHED
         if status == Status.INFEASIBLE:
-            status = Status.TIME_LIMIT
+            # the backend rejected a model that the warm start satisfies (tolerances): unproven
+            status, bound, gap = Status.HEURISTIC, None, None
+            notes = [*notes, "the backend called the model infeasible though the warm start satisfies it; unproven"]
         parts = [f"{result.backend} {result.termination}: incumbent {_fmt(result.incumbent)}, bound {_fmt(result.bound)}"]
         if start_obj is not None:
             parts.append(f"warm start {start_name} {start_obj:.6g}s ({result.warm_start if warm else 'not used'})")

@@ -14,14 +14,13 @@ import pytest
 pyo = pytest.importorskip("pyomo.environ")
 pytest.importorskip("highspy")
 
-from planmap.solvers import latency_ip as lip  # noqa: E402
-
 from planmap import solvers  # noqa: E402
 from planmap.cluster import Topology  # noqa: E402
 from planmap.errors import InfeasibleError, SolverUnavailableError  # noqa: E402
 from planmap.evaluate import evaluate  # noqa: E402
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status  # noqa: E402
 from planmap.solve import solve as planmap_solve  # noqa: E402
+from planmap.solvers import latency_ip as lip  # noqa: E402
 from planmap.spec.models import ClusterBody  # noqa: E402
 from planmap.synthetic import paper_topology, profiled_graph, random_dag  # noqa: E402
 
@@ -349,7 +348,6 @@ def test_registry_ip_throughput_without_the_throughput_ip_is_a_clean_error():
 
 def test_packed_splits_are_feasible_contiguous_starts_under_tight_memory():
     from planmap.solvers._latency_data import packed_splits
-
     from planmap.synthetic_nets import bert, net_topology
 
     g = bert(2)
@@ -362,3 +360,22 @@ def test_packed_splits_are_feasible_contiguous_starts_under_tight_memory():
     assert all(len({s.device for s in sol.stages}) == sol.num_stages for sol in sols)
     start, name, _ = lip.best_baseline(p, SolveOptions(time_limit=5), 5)
     assert evaluate(p, start).objective <= min(feasible) + 1e-12
+
+
+def test_backend_infeasible_despite_a_feasible_warm_start_is_reported_unproven():
+    """HiGHS can reject a model at the horizon's tolerance that the warm start satisfies; the answer
+    is then the warm start, and the certificate must not claim infeasibility or a bound."""
+    from planmap.solvers import _mip
+
+    g = random_dag(8, seed=1)
+    p = problem(g, paper_topology(2, 1))
+    start = solvers.get("greedy").solve(p, SolveOptions())
+    latency = evaluate(p, start).objective
+    m = lip.build_model(p, horizon=latency)
+    rejected = _mip.MipResult(backend="highs", version="highs 1.16.0", termination="Infeasible",
+                              status=Status.INFEASIBLE, has_solution=False, incumbent=None, bound=None, gap=None,
+                              warm_start="rejected", translate_time=0.0, solve_time=0.0)
+    fields = lip._certificate_fields(p, latency, rejected, "greedy", "greedy", latency, [], m, 0.0, True, 0.0)
+    assert fields["status"] == Status.HEURISTIC
+    assert fields["bound"] is None and fields["gap"] is None
+    assert "unproven" in fields["message"] and "answer is the warm start" in fields["message"]
