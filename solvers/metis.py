@@ -20,6 +20,9 @@ Deterministic: METIS runs with ``options.seed``.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 
 import numpy as np
@@ -53,6 +56,25 @@ def _vertices(problem: Problem) -> tuple[np.ndarray, int]:
     _, vid = np.unique(key, return_inverse=True)
     vid = vid.ravel()
     return vid, int(vid.max()) + 1 if n else 0
+
+
+@contextlib.contextmanager
+def _quiet_c_output():
+    """Silence METIS's own C-level prints (e.g. "***Cannot bisect a graph with 0 vertices!" when a
+    part of a recursive bisection is empty — harmless: the partition is still returned)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
 
 
 def _scaled(w: np.ndarray) -> np.ndarray:
@@ -117,8 +139,10 @@ def metis_partition(problem: Problem, seed: int = 0, balance: str = "compute") -
     tp = speed / speed.sum()
     opts = pymetis.Options(seed=int(seed))
     graph = pymetis.CSRAdjacency(xadj.astype(np.int32).tolist(), v.astype(np.int32).tolist())
-    _, parts = pymetis.part_graph(k, graph, vweights=_scaled(vw).tolist(),
-                                  eweights=_scaled(w).tolist() if len(w) else None, tpwgts=tp.tolist(), options=opts)
+    with _quiet_c_output():
+        _, parts = pymetis.part_graph(k, graph, vweights=_scaled(vw).tolist(),
+                                      eweights=_scaled(w).tolist() if len(w) else None, tpwgts=tp.tolist(),
+                                      options=opts)
     parts = np.asarray(parts, np.int64)
     # within one device type, parts go to devices in the order of where their work sits
     mean_pos = np.full(k, np.inf)
