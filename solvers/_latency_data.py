@@ -18,9 +18,13 @@ from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
 
-__all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "best_baseline", "BASELINES"]
+from ._latency_cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, reduce_allowed, time_bounds
+
+__all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "best_baseline", "BASELINES",
+           "MEMORY_MARGIN"]
 
 BASELINES = ("greedy", "local-search", "metis", "dp", "even", "single")
+MEMORY_MARGIN = 1e-6  # share of each device's memory kept free of backend tolerances
 
 
 # --------------------------------------------------------------------------------------- data
@@ -56,6 +60,13 @@ class LatencyData:
     capacity: np.ndarray  # (D,) bytes
     colocated: tuple[tuple[int, int], ...]  # consecutive members of each colocation class
     classes: tuple[tuple[int, ...], ...]  # interchangeable devices (symmetry breaking)
+    bounds: TimeBounds | None = None  # placement-aware time bounds (see ._latency_cuts)
+    lat_ub: np.ndarray | None = None  # (n,) upper bound on each node's finish time, model units
+
+    @property
+    def lat_lb(self) -> np.ndarray:
+        """(n,) lower bound on each node's finish time wherever it runs (= ``head``)."""
+        return self.head
 
     @property
     def num_units(self) -> int:
@@ -113,8 +124,34 @@ def _trivial_horizon(problem: Problem) -> float:
     return total
 
 
-def prepare(problem: Problem, horizon: float | None = None) -> LatencyData:
-    """The model's data; ``horizon`` (seconds) bounds the latency of solutions worth finding."""
+def _own_bytes(node_mem: np.ndarray, param_use, param_bytes: np.ndarray) -> np.ndarray:
+    """Bytes a node brings to any device it runs on, whatever else runs there: its state and the
+    parameters no other node uses (shared ones are held once, so they are left out)."""
+    pv, pn = param_use
+    own = node_mem.astype(float).copy()
+    if len(pv):
+        users = np.bincount(pv, minlength=len(param_bytes))
+        solo = users[pv] == 1
+        own += np.bincount(pn[solo], weights=param_bytes[pv[solo]], minlength=len(own))
+    return own
+
+
+def _colocated_allowed(allowed: np.ndarray, colocation: np.ndarray) -> np.ndarray:
+    """A colocation class runs on one device: only where every member may run."""
+    out = allowed.copy()
+    for c in np.unique(colocation[colocation >= 0]).tolist():
+        members = np.flatnonzero(colocation == c)
+        out[members] = out[members].all(axis=0)
+    return out
+
+
+def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = True) -> LatencyData:
+    """The model's data; ``horizon`` (seconds) bounds the latency of solutions worth finding.
+
+    With ``bounds`` (the default), placement-aware time bounds (:mod:`._latency_cuts`) tighten the
+    node time windows and rule out devices no placement under the horizon can use, so the model
+    never creates their columns; without, the model is the plain formulation (tests compare both).
+    """
     g, topo, cost = problem.graph, problem.topology, problem.cost
     n, D = g.num_nodes, topo.num_devices
     q = max(1, int(problem.max_subgraphs))
@@ -150,15 +187,42 @@ def prepare(problem: Problem, horizon: float | None = None) -> LatencyData:
     c_sorted = cls[order]
     same = (c_sorted[1:] == c_sorted[:-1]) & (c_sorted[1:] >= 0)
     colocated = tuple((int(order[i]), int(order[i + 1])) for i in np.flatnonzero(same))
+    H = h / unit * (1 + 1e-9) + 1e-9
+    head = _head(n, g.pred, np.where(np.isfinite(tmin), tmin, 0.0))
+    val_prod = g.value_node[vals].astype(np.int64)
+    pair_val, pair_cons = pair_val.ravel().astype(np.int64), pairs[:, 1].astype(np.int64)
+    recv, send = recv / unit, send / unit
+    working_set = cost.working_set.astype(float)
+    param_use, param_bytes = (puse[:, 0], puse[:, 1]), g.value_bytes.astype(float) * cost.param_factor
+    capacity = problem.capacity.astype(float)
+    tb, lat_ub = None, None
+    if bounds and n:
+        ok = _colocated_allowed(allowed & fits_alone(node_mem, working_set, param_use, param_bytes, capacity, -1e-12),
+                                cls)
+        if ok.any(axis=1).all():  # else the memory precheck or the MIP says why
+            allowed = ok
+
+        size = memory_buckets(_own_bytes(node_mem, param_use, param_bytes), capacity, BUCKETS)
+
+        def bounds_of(a):
+            return time_bounds(t, a, topo.is_cpu, q, val_prod, pair_val, pair_cons, recv, send, size, BUCKETS)
+
+        if horizon is not None:
+            reduced = _colocated_allowed(reduce_allowed(allowed, H, bounds_of)[0], cls)
+            if reduced.any(axis=1).all():  # else nothing beats the horizon: the MIP proves it
+                allowed = reduced
+        tb = bounds_of(allowed)
+        fin = np.where(allowed, tb.finish, np.inf).min(axis=1)
+        head = np.maximum(head, np.where(np.isfinite(fin), fin, head))
+        after = np.where(allowed, tb.tail_fin, np.inf).min(axis=1)
+        lat_ub = np.maximum(H * (1 + 1e-9) - np.where(np.isfinite(after), after, 0.0), head)
     return LatencyData(
-        n=n, q=q, unit=unit, horizon=h / unit * (1 + 1e-9) + 1e-9, unit_dev=unit_dev, num_slots=len(slot_dev),
-        slot_pos=slot_pos, t=t, allowed=allowed, val_prod=g.value_node[vals].astype(np.int64),
-        pair_val=pair_val.ravel().astype(np.int64), pair_cons=pairs[:, 1].astype(np.int64),
-        recv=recv / unit, send=send / unit, edges=tuple(np.asarray(x, np.int64) for x in g.node_edges),
-        head=_head(n, g.pred, np.where(np.isfinite(tmin), tmin, 0.0)), node_mem=node_mem,
-        working_set=cost.working_set.astype(float), param_use=(puse[:, 0], puse[:, 1]),
-        param_bytes=g.value_bytes.astype(float) * cost.param_factor, capacity=problem.capacity.astype(float),
-        colocated=colocated, classes=tuple(interchangeable_devices(problem)),
+        n=n, q=q, unit=unit, horizon=H, unit_dev=unit_dev, num_slots=len(slot_dev),
+        slot_pos=slot_pos, t=t, allowed=allowed, val_prod=val_prod, pair_val=pair_val, pair_cons=pair_cons,
+        recv=recv, send=send, edges=tuple(np.asarray(x, np.int64) for x in g.node_edges),
+        head=head, node_mem=node_mem, working_set=working_set, param_use=param_use, param_bytes=param_bytes,
+        capacity=capacity, colocated=colocated, classes=tuple(interchangeable_devices(problem)),
+        bounds=tb, lat_ub=lat_ub,
     )
 
 
@@ -229,8 +293,8 @@ def packed_splits(problem: Problem) -> list[Solution]:
     acc = topo.accelerators
     if len(acc) == 0 or problem.num_nodes == 0:
         return []
-    t = np.where(problem.allowed[:, acc], problem.cost.device_compute[:, acc], np.nan)
-    total = float(np.nansum(np.nanmin(t, axis=1))) if np.isfinite(t).any() else 0.0
+    t = np.where(problem.allowed[:, acc], problem.cost.device_compute[:, acc], np.inf).min(axis=1)
+    total = float(t[np.isfinite(t)].sum())  # work of the nodes an accelerator can run
     out = []
     for k in [None, *range(1, len(acc) + 1)]:
         target = math.inf if k is None else total / k * 1.02

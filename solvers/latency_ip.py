@@ -17,16 +17,23 @@ evaluator's optimum:
   training) + the largest working set;
 * pins and unsupported ops (``problem.allowed``), colocation classes.
 
-Strength before brute force: times are bounded by a horizon (the best baseline's latency, so
-every big-M is tight and the search never leaves the region that beats the warm start), node
-finish times are bounded below by min-time longest paths, identical devices are ordered by their
-first node and empty subgraphs come last (symmetry breaking), and the MIP starts from the best
-baseline the registry has. The graph is the problem's graph, which is already coarsened; the
-solution's assignment is per coarse node, which ``graph.members`` maps back to every op.
+Strength before brute force (:mod:`._latency_cuts`): two sweeps over the graph bound, for every
+node and device, the node's finish and the latency of any placement that runs it there — charging
+the transfers a call pays when a neighbour is elsewhere, and the memory a call can hold along a
+path, so a path heavier than a device must be cut. Those bounds set each node's time window (and
+so every big-M), give disaggregated rows ``T >= sum_u bound(v, u) x[v, u]``, and rule out, before
+the model is built, every device on which a node cannot beat the horizon (the best baseline's
+latency: the search never leaves the region that beats the warm start) or does not fit alone.
+Identical devices are ordered by their first node, empty subgraphs come last, no value flows from a
+later call of a device back to an earlier one (symmetry breaking), and the MIP starts from the best
+baseline the registry has (:mod:`._latency_start`). The graph is the problem's graph, which is
+already coarsened; the solution's assignment is per coarse node, which ``graph.members`` maps back
+to every op.
 
 ``build_model`` → ``load_warm_start`` → ``solve`` → ``extract``; :class:`LatencyIP` runs them, then
 improves the incumbent by large-neighbourhood search (:mod:`._latency_search`) when the time limit
-stops the full MIP. The model's data and the warm start's baselines come from :mod:`._latency_data`.
+stops the full MIP. The model's data and the warm start's baselines come from :mod:`._latency_data`;
+the certificate's fields from :mod:`._latency_report`.
 """
 
 from __future__ import annotations
@@ -39,39 +46,44 @@ import numpy as np
 
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
-from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status, relative_gap
+from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status
 
 from . import _mip
+from ._latency_cuts import add_bound_rows, add_slot_order_rows
 from ._latency_data import (
     BASELINES,
+    MEMORY_MARGIN,
     LatencyData,
     best_baseline,
     charge_levels,
     interchangeable_devices,
     prepare,
 )
+from ._latency_report import NAME, VERSION, _certificate_fields, _interrupted
 from ._latency_search import neighbourhood_search, unit_of
+from ._latency_start import canonical, load_warm_start
 
-__all__ = ["LatencyIP", "LatencyData", "prepare", "build_model", "load_warm_start", "solve", "extract",
+__all__ = ["LatencyIP", "LatencyData", "prepare", "build_model", "load_warm_start", "canonical", "solve", "extract",
            "best_baseline", "interchangeable_devices", "neighbourhood_search", "BASELINES"]
 
-VERSION = "1"
 LNS_MIN_NODES = 60  # below this the MIP alone is fast enough
 LNS_SHARE = 0.5  # share of the time the full MIP gets before neighbourhood search takes over
-MEMORY_MARGIN = 1e-6  # share of each device's memory kept free of backend tolerances
 
 
 # -------------------------------------------------------------------------------------- model
-def build_model(problem: Problem, *, horizon: float | None = None, data: LatencyData | None = None):
+def build_model(problem: Problem, *, horizon: float | None = None, data: LatencyData | None = None,
+                cuts: bool = True):
     """The latency IP of ``problem`` as a Pyomo ``ConcreteModel`` (times in ``model.time_unit`` s).
 
     ``horizon`` (seconds) caps the latency (usually the warm start's): the optimum is kept as long as
-    some placement reaches it, and every big-M shrinks to it.
+    some placement reaches it, and every big-M shrinks to it. ``cuts=False`` builds the plain model
+    (no time bounds, bound rows, slot-order rows or presolve) — the same optimum, proved slower; it
+    is ignored when ``data`` (from :func:`prepare`) is given.
     """
     import pyomo.environ as pyo
     from pyomo.core.expr.numeric_expr import LinearExpression
 
-    dt = data if data is not None else prepare(problem, horizon)
+    dt = data if data is not None else prepare(problem, horizon, bounds=cuts)
     n, S, U, D = dt.n, dt.num_slots, dt.num_units, problem.num_devices
     H = dt.horizon
     unit_dev = dt.unit_dev
@@ -112,8 +124,12 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
 
     # ---------------------------------------------------------------------------------- Vars
     m.x = pyo.Var(m.XI, domain=pyo.Binary, doc="node runs on unit")
-    m.T = pyo.Var(bounds=(float(dt.head.max()) if n else 0.0, H), doc="latency")
-    m.lat = pyo.Var(m.N, bounds=lambda m, v: (float(dt.head[v]), H), doc="finish time of each node")
+    lat_ub = dt.lat_ub if dt.lat_ub is not None else np.full(n, H)
+    t_lb = float(dt.head.max()) if n else 0.0
+    if dt.bounds is not None and n:
+        t_lb = max(t_lb, float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()))
+    m.T = pyo.Var(bounds=(min(t_lb, H), H), doc="latency")
+    m.lat = pyo.Var(m.N, bounds=lambda m, v: (float(dt.head[v]), float(lat_ub[v])), doc="finish time of each node")
     m.start = pyo.Var(m.S, bounds=(0, H), doc="start of each subgraph call")
     m.fin = pyo.Var(m.S, bounds=(0, H), doc="finish of each subgraph call")
     m.z = pyo.Var(m.N, m.S, bounds=(0, 1), doc="predecessor-closed cover of a subgraph (convexity)")
@@ -314,7 +330,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
 
     def _ready(m, j, s):
         p = int(dt.val_prod[j])
-        return lin([1.0, -1.0, -H], [m.start[s], m.lat[p], m.cin[j, s]]) >= -H
+        big = float(lat_ub[p])
+        return lin([1.0, -1.0, -big], [m.start[s], m.lat[p], m.cin[j, s]]) >= -big
     m.ready = pyo.Constraint(m.CI, rule=_ready, doc="a call starts once every value it receives exists")
 
     def _after_call(m, v, s):
@@ -380,120 +397,13 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
         return lin([1.0, -1.0], [m.x[v, s], m.nonempty[s - 1]]) <= 0 if xs[v, s] else pyo.Constraint.Skip
     m.empty_last = pyo.Constraint(m.N, later, rule=_empty_last, doc="a later slot is used only after the one before")
 
+    if dt.bounds is not None:
+        add_bound_rows(m, dt, lin)
+        add_slot_order_rows(m, dt, lin)
+
     # ------------------------------------------------------------------------------- Objective
     m.latency = pyo.Objective(expr=m.T, sense=pyo.minimize, doc="single-stream latency")
     return m
-
-
-# ------------------------------------------------------------------------------- warm start
-def _slots_of(problem: Problem, dt: LatencyData, solution: Solution) -> np.ndarray | None:
-    """Unit of each stage of ``solution`` (accelerator stages fill their device's slots in list
-    order; CPU stages map to their device's unit), or None when it needs more than q slots."""
-    S = dt.num_slots
-    unit_of_stage = np.full(solution.num_stages, -1, np.int64)
-    used = {}
-    for k, st in enumerate(solution.stages):
-        d = st.device
-        if problem.topology.is_cpu[d]:
-            unit_of_stage[k] = S + int(np.flatnonzero(dt.unit_dev[S:] == d)[0])
-            continue
-        pos = used.get(d, 0)
-        if pos >= dt.q:
-            return None
-        used[d] = pos + 1
-        unit_of_stage[k] = int(np.flatnonzero((dt.unit_dev[:S] == d) & (dt.slot_pos == pos))[0])
-    return unit_of_stage
-
-
-def canonical(problem: Problem, solution: Solution, classes) -> Solution:
-    """The same placement with interchangeable devices renumbered in order of their first node (what
-    the symmetry-breaking rows require), and unused stages dropped."""
-    sol = solution.compact()
-    dev = sol.node_device()
-    mapping = np.arange(problem.num_devices)
-    for cls in classes:
-        first = {d: (int(np.flatnonzero(dev == d)[0]) if (dev == d).any() else problem.num_nodes, d) for d in cls}
-        for new, old in zip(cls, sorted(cls, key=first.get), strict=True):
-            mapping[old] = new
-    stages = tuple(Stage((int(mapping[s.device]),)) for s in sol.stages)
-    return replace(sol, stages=stages)
-
-
-def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
-    """Set every variable of ``model`` to the values ``solution`` implies (a complete MIP start).
-
-    Returns False, leaving the model untouched, when the solution cannot be a start: infeasible,
-    more than q subgraphs on a device, or slower than the model's horizon.
-    """
-    dt: LatencyData = model.data
-    if any(s.replicas != 1 for s in solution.stages):
-        return False
-    sol = canonical(problem, solution, dt.classes)
-    ev = evaluate(problem, sol)
-    if not ev.feasible or ev.objective / dt.unit > dt.horizon:
-        return False
-    unit_of_stage = _slots_of(problem, dt, sol)
-    if unit_of_stage is None:
-        return False
-    unit_of = unit_of_stage[sol.assignment]
-    n, S, U, u = dt.n, dt.num_slots, dt.num_units, dt.unit
-    X = np.zeros((n, U), bool)
-    X[np.arange(n), unit_of] = True
-    for (v, w), var in model.x.items():
-        var.set_value(float(X[v, w]))
-    model.T.set_value(min(max(ev.objective / u, model.T.lb), model.T.ub))  # float noise at the bounds
-    for v in range(n):
-        model.lat[v].set_value(max(float(ev.node_finish[v]) / u, float(dt.head[v])))
-    stage_of_unit = {int(w): k for k, w in enumerate(unit_of_stage)}
-    prev_fin = 0.0
-    for s in range(S):
-        if dt.slot_pos[s] == 0:
-            prev_fin = 0.0
-        k = stage_of_unit.get(s)
-        st, fi = (ev.stage_start[k] / u, ev.stage_finish[k] / u) if k is not None else (prev_fin, prev_fin)
-        model.start[s].set_value(st)
-        model.fin[s].set_value(fi)
-        prev_fin = fi
-    # convexity cover: the subgraph and its ancestors
-    sindptr, sids = problem.graph.succ
-    Z = X[:, :S].copy()
-    for v in range(n - 1, -1, -1):
-        w = sids[sindptr[v]: sindptr[v + 1]]
-        if len(w):
-            Z[v] |= Z[w].any(axis=0)
-    for (v, s), var in model.z.items():
-        var.set_value(float(Z[v, s]))
-    prod_unit = unit_of[dt.val_prod]
-    cons_units = [set() for _ in range(len(dt.val_prod))]
-    for j, c in zip(dt.pair_val.tolist(), dt.pair_cons.tolist(), strict=True):
-        cons_units[j].add(int(unit_of[c]))
-    for (j, s), var in model.cin.items():
-        var.set_value(float(s in cons_units[j] and prod_unit[j] != s))
-    for (j, s), var in model.cout.items():
-        var.set_value(float(prod_unit[j] == s and bool(cons_units[j] - {s})))
-    ud = dt.unit_dev
-    for (j, s), var in model.R.items():
-        var.set_value(float(dt.recv[j, ud[prod_unit[j]], ud[s]]) if s in cons_units[j] and prod_unit[j] != s else 0.0)
-    for (j, s), var in model.O.items():
-        outs = [float(dt.send[j, ud[s], ud[w]]) for w in cons_units[j] if w != s]
-        var.set_value(max(outs) if prod_unit[j] == s and outs else 0.0)
-    delay_lv = model.levels["delay"]
-    for i, var in model.delay.items():
-        j, c = int(dt.pair_val[i]), int(dt.pair_cons[i])
-        w = int(unit_of[c])
-        var.set_value(float(dt.recv[j, ud[prod_unit[j]], ud[w]]) if (i, w) in delay_lv else 0.0)
-    node_dev = ud[unit_of]
-    for (p, d), var in model.pm.items():
-        var.set_value(float(np.any(node_dev[dt.param_use[1][dt.param_use[0] == p]] == d)))
-    for d in model.M:
-        on = node_dev == d
-        model.ws[d].set_value(float((dt.working_set[on] / dt.capacity[d]).max()) if on.any() else 0.0)
-        model.mem_limit[d] = max(1.0 - MEMORY_MARGIN, float(ev.memory[d] / dt.capacity[d]))
-    for (v, d), var in model.used.items():
-        var.set_value(float((node_dev[: v + 1] == d).any()))
-    for s in range(S):
-        model.nonempty[s].set_value(float(X[:, s].any()))
-    return True
 
 
 # ------------------------------------------------------------------------------ solve/extract
@@ -530,8 +440,11 @@ def extract(model, problem: Problem) -> Solution:
 class LatencyIP:
     """The exact latency solver: best baseline -> warm-started IP -> placement checked by evaluate."""
 
-    name = "ip"
+    name = NAME
     objectives = frozenset({"latency"})
+
+    def __init__(self, *, cuts: bool = True):
+        self.cuts = cuts  # False: the plain model (no time bounds, rows or presolve), for comparisons
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         if problem.objective != "latency":
@@ -544,7 +457,7 @@ class LatencyIP:
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
         tb = time.perf_counter()
         try:
-            model = build_model(problem, horizon=start_latency)
+            model = build_model(problem, horizon=start_latency, cuts=self.cuts)
         except KeyboardInterrupt:
             if start is None:
                 raise
@@ -591,54 +504,3 @@ class LatencyIP:
         return chosen.with_certificate(**_certificate_fields(problem, ev.objective, result, origin, start_name,
                                                              start_latency, notes, model, build_time, warm,
                                                              time.perf_counter() - t0))
-
-
-def _interrupted(start: Solution, latency: float, name: str, notes: list[str], wall: float) -> Solution:
-    """Ctrl-C before the MIP ran: the best baseline, said to be interrupted (no bound)."""
-    return start.with_certificate(status=Status.INTERRUPTED, solver=LatencyIP.name, objective=latency, bound=None,
-                                  gap=None, version=VERSION, backend=None,
-                                  message="; ".join([f"interrupted before the MIP; answer is {name}", *notes]),
-                                  options={"warm_start": name}, wall_time=wall)
-
-
-def _certificate_fields(problem, objective, result: _mip.MipResult, origin, start_name, start_latency, notes,
-                        model, build_time, warm, wall) -> dict:
-    bound = result.bound
-    if bound is not None:
-        bound = min(bound, objective)
-    same = result.incumbent is not None and abs(result.incumbent - objective) <= 1e-6 * max(abs(objective), 1e-30)
-    gap = result.gap if (same and result.gap is not None) else relative_gap(objective, bound)
-    status = result.status or Status.TIME_LIMIT
-    if status == Status.OPTIMAL and not same:
-        status = Status.GAP_REACHED if (gap or 0.0) > _mip.OPTIMAL_GAP else Status.OPTIMAL
-    if status == Status.INFEASIBLE:
-        # the backend rejected a model that the warm start satisfies (tolerances at the horizon):
-        # the answer is feasible (evaluate says so) but nothing about it is proven
-        status, bound, gap = Status.HEURISTIC, None, None
-        notes = [*notes, "the backend called the model infeasible though the warm start satisfies it; unproven"]
-
-    def fmt(v):
-        return "none" if v is None else f"{v:.6g}s"
-
-    parts = [f"{result.backend} {result.termination}: incumbent {fmt(result.incumbent)}, bound {fmt(result.bound)}, "
-             f"gap {'none' if result.gap is None else f'{result.gap:.4%}'}"]
-    if start_latency is not None:
-        parts.append(f"warm start {start_name} {start_latency:.6g}s ({result.warm_start if warm else 'not used'})")
-    if origin != "ip":
-        parts.append(f"answer is the warm start ({origin})")
-    parts.append(f"model {model.nconstraints()} rows x {model.nvariables()} cols, q={model.data.q}")
-    parts += [n for n in notes if not _timed(n)]
-    timings = [f"build {build_time:.2f}s, translate {result.translate_time:.2f}s, solve {result.solve_time:.2f}s",
-               *[n for n in notes if _timed(n)]]
-    opts = {k: v for k, v in result.options.items() if k != "time_limit"}
-    opts.update(q=model.data.q, warm_start=start_name or None)
-    return dict(status=status, solver=LatencyIP.name, objective=objective, bound=bound, gap=gap, version=VERSION,
-                backend=result.version, message="; ".join(parts), options=opts, wall_time=wall,
-                details="; ".join(timings))
-
-
-def _timed(note: str) -> bool:
-    """Notes that mention wall-clock times vary run to run: they go to details, not into the plan."""
-    import re
-
-    return re.search(r"\d(\.\d+)?\s*s\b", note) is not None

@@ -122,7 +122,7 @@ def test_optimum_equals_enumeration_when_charges_depend_on_the_link(seed, q):
     and receives at different prices from each (receive levels)."""
     g = bytes_graph(6, seed)
     p = problem(g, gpu_cluster(float(g.state_bytes.sum()) * 0.45 + 3e6), q)
-    m = lip.build_model(p)
+    m = lip.build_model(p, cuts=False)  # (presolve may rule out the devices that make charges differ)
     assert len(m.R) > 0 and len(m.O) > 0  # the non-uniform rows are in use
     check_against_enumeration(p)
 

@@ -1,0 +1,265 @@
+"""Placement-aware time bounds for the latency IP, and what the model gains from them.
+
+The latency IP links node finish times to subgraph calls with big-M rows; with fractional
+placements those rows are slack and the LP bound falls back to the plain critical path at every
+node's fastest device — far below any real placement, because leaving a CPU costs a transfer at
+each end of a call. Branch and bound then has to close that gap by enumeration (the example MLP:
+20 s for 19 ops). :func:`time_bounds` computes, by two sweeps over the graph, what any placement
+must pay around each node *given the device it runs on*:
+
+* ``ef[v, a]`` (earliest finish): on a CPU, a lower bound on the node's finish; on an accelerator,
+  on the "chain point" of the node in its call — the call's start plus the charges and compute of
+  one path through the call ending at the node. A predecessor is either in the same call (its
+  chain point plus this node's compute) or elsewhere (its value arrives no earlier than its own
+  bound, plus the send its call pays, plus what the receiver pays).
+* ``rest``: on an accelerator, what the call still pays after the chain point (the compute of
+  successors kept in the call, or sending the node's value out); ``finish = ef + rest``.
+* ``tail[v, a]``: a lower bound on latency minus the chain point (minus the finish on a CPU): each
+  successor either stays in the call or is reached through a transfer, then has its own tail;
+  ``through = ef + tail`` bounds the latency of every placement that runs the node there.
+* ``tail_fin[v, a]``: the same from the end of the node's call (sends already paid).
+
+Memory makes them much stronger where it is tight (BERT-24 layers, ResNet-50, Inception): the
+sweeps carry the memory of the path inside the call (in ``BUCKETS`` units per device, rounded down
+so the relaxation stays valid), and a call cannot hold more than its device, so a path heavier than
+one device must leave the call somewhere — paying a transfer, or a slower device.
+
+Every option a real placement has is a term of a min, and a real placement's times are sums over
+one path, so each bound holds for every feasible placement (slot order, device contention and
+memory held off the path only add time). Exactly evaluate's charges are used
+(:mod:`._latency_data`); tests/solvers/test_latency_cuts.py checks every bound against every
+feasible placement of small graphs.
+
+The model uses them three ways (:func:`add_bound_rows`, :func:`reduce_allowed`):
+
+* variable bounds and big-M values: the earliest finish of a node over its allowed devices, and its
+  latest finish under the horizon;
+* disaggregated rows ``lat[v] >= sum_u finish(v, u) x[v, u]``, ``T >= lat[v] + sum_u
+  tail_fin(v, u) x[v, u]`` and ``T >= sum_u through(v, u) x[v, u]``: valid because exactly one
+  ``x[v, u]`` is 1;
+* presolve: a node cannot run on a device where ``through`` exceeds the horizon (the warm start's
+  latency), nor where it does not fit the memory alone; those columns are never created.
+
+:func:`add_slot_order_rows` adds one more family that needs no bounds: a value never flows from a
+later call of an accelerator back to an earlier one.
+
+What did not help, measured on the latency benchmark and random DAGs (so it is not here): HiGHS
+options (heuristic effort, symmetry detection, presolve off), and a best-first search over device
+choices driven by these bounds (it raised a 30-node bound by 0.3% in 40 s, where HiGHS' root
+already gains 1%). Ordering the q slots of a device by first node is not valid: slot order is
+execution order, and two independent subgraphs may need either order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["TimeBounds", "time_bounds", "memory_buckets", "reduce_allowed", "fits_alone", "add_bound_rows",
+           "add_slot_order_rows",
+           "FIX_MARGIN", "BUCKETS"]
+
+BUCKETS = 256  # memory resolution of the bounds, per device
+FIX_MARGIN = 1e-7  # relative: a device is ruled out only when its bound beats the horizon by this much
+
+
+@dataclass(frozen=True, eq=False)
+class TimeBounds:
+    """Per (node, device) time bounds in model units (``inf`` where the node cannot run)."""
+
+    ef: np.ndarray  # (n, D) earliest finish (CPU) / chain point (accelerator)
+    tail: np.ndarray  # (n, D) latency minus finish (CPU) / chain point (accelerator)
+    tail_fin: np.ndarray  # (n, D) latency minus the call's finish (accelerator); = tail on CPUs
+    finish: np.ndarray  # (n, D) the node's finish (its call's finish on an accelerator)
+    through: np.ndarray  # (n, D) latency of any placement that runs the node on the device
+
+
+def _consumers_and_producers(n: int, val_prod, pair_val, pair_cons):
+    """Incoming uses grouped by consumer and outgoing uses grouped by producer (CSR over pairs)."""
+    prod = val_prod[pair_val]
+    by_cons = np.argsort(pair_cons, kind="stable")
+    in_ptr = np.searchsorted(pair_cons[by_cons], np.arange(n + 1))
+    by_prod = np.argsort(prod, kind="stable")
+    out_ptr = np.searchsorted(prod[by_prod], np.arange(n + 1))
+    return prod, by_cons, in_ptr, by_prod, out_ptr
+
+
+def memory_buckets(node_bytes: np.ndarray, capacity: np.ndarray, buckets: int) -> np.ndarray:
+    """(n, D) each node's memory in whole ``capacity / buckets`` units, rounded down (so any set of
+    nodes that fits a device also fits ``buckets`` units: the bounds stay a relaxation); 0 on devices
+    without a limit."""
+    cap = np.where(np.isfinite(capacity) & (capacity > 0), capacity, np.inf)
+    units = np.floor(node_bytes[:, None] / (cap[None, :] / buckets))
+    return np.where(np.isfinite(cap)[None, :], np.minimum(units, buckets + 1), 0).astype(np.int64)
+
+
+def _shift(a: np.ndarray, by: np.ndarray) -> np.ndarray:
+    """``out[..., d, mu] = a[..., d, mu - by[d]]`` (``inf`` below ``by[d]``): the budget left to the
+    rest of a call once a node of ``by[d]`` units is in it."""
+    K1 = a.shape[-1]
+    idx = np.arange(K1)[None, :] - by[:, None]
+    out = np.take_along_axis(a, np.broadcast_to(np.maximum(idx, 0), a.shape), axis=-1)
+    return np.where(idx >= 0, out, np.inf)
+
+
+def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, val_prod: np.ndarray,
+                pair_val: np.ndarray, pair_cons: np.ndarray, recv: np.ndarray, send: np.ndarray,
+                size: np.ndarray | None = None, buckets: int = 0) -> TimeBounds:
+    """The bounds of the module docstring, by a forward and a backward sweep over the uses.
+
+    ``t`` (n, D) compute, ``recv``/``send`` (V, D, D) charges as in :class:`LatencyData`. A transfer
+    between two units of one accelerator exists only with ``q > 1`` (another subgraph slot).
+
+    With ``size`` (n, D) memory in units of ``1/buckets`` of each device (:func:`memory_buckets`),
+    the sweeps also track the memory of the path inside the call (the call's ancestors, resp.
+    descendants, of the node): a call holds at most ``buckets`` units, so a path heavier than one
+    device must leave it — for a transfer, or for a slower device."""
+    n, D = t.shape
+    inf = np.inf
+    K1 = buckets + 1
+    size = np.zeros((n, D), np.int64) if size is None else size
+    t = np.where(allowed, t, inf)
+    acc = ~np.asarray(is_cpu, bool)
+    # (a, b): may a producer on a feed a consumer on b through a transfer (different units)?
+    cross = np.ones((D, D), bool)
+    if q <= 1:
+        cross[np.diag_indices(D)] = ~acc
+    send_acc = np.where(acc[None, :, None], send, 0.0)  # only accelerator calls pay to send
+    in_call = acc[None, :, None]  # (1, D, 1): devices whose nodes share a call
+    prod, by_cons, in_ptr, by_prod, out_ptr = _consumers_and_producers(n, val_prod, pair_val, pair_cons)
+    mu = np.arange(K1)[None, :]
+    # F[v, a, m]: chain point of v on a when v's ancestors inside its call weigh at most m units
+    F = np.full((n, D, K1), inf)
+    for w in range(n):
+        uses = by_cons[in_ptr[w]: in_ptr[w + 1]]
+        fits = mu >= size[w][:, None]
+        if len(uses) == 0:
+            F[w] = np.where(fits, t[w][:, None], inf)
+            continue
+        p, j = prod[uses], pair_val[uses]
+        ef_p = F[p, :, -1]
+        # value available at a consumer on b, for a producer on a: (k, a, b)
+        arrive = ef_p[:, :, None] + send_acc[j] + recv[j]
+        arrive = np.where(cross[None] & allowed[p][:, :, None], arrive, inf).min(axis=1)
+        same_call = np.where(in_call & allowed[p][:, :, None], _shift(F[p], size[w]), inf)
+        opt = np.minimum(arrive[:, :, None], same_call).max(axis=0)
+        F[w] = np.where(fits, t[w][:, None] + np.maximum(opt, 0.0), inf)
+    # G[v, a, m]: latency minus the chain point when v's descendants in its call weigh at most m;
+    # R: the same for what the call still pays (finish minus chain point)
+    G = np.zeros((n, D, K1))
+    R = np.zeros((n, D, K1))
+    tail_fin = np.zeros((n, D))
+    for v in range(n - 1, -1, -1):
+        uses = by_prod[out_ptr[v]: out_ptr[v + 1]]
+        fits = mu >= size[v][:, None]
+        if len(uses) == 0:
+            G[v] = np.where(fits, 0.0, inf)
+            R[v] = G[v]
+            continue
+        w, j = pair_cons[uses], pair_val[uses]
+        ok = cross[None] & allowed[w][:, None, :]  # (k, a, b): consumer on b, producer on a
+        reach = recv[j] + (t[w] + G[w, :, -1])[:, None, :]  # receiver's charge, compute and tail
+        leave = np.where(ok, send_acc[j], inf).min(axis=2)  # (k, a): cheapest way out of the call
+        out = np.where(ok, send_acc[j] + reach, inf).min(axis=2)
+        out_fin = np.where(ok, reach, inf).min(axis=2)
+        stay = np.where(in_call & allowed[w][:, :, None], t[w][:, :, None], inf)  # consumer kept in the call
+        G[v] = np.where(fits, np.maximum(np.minimum(out[:, :, None], stay + _shift(G[w], size[v])).max(axis=0), 0.0), inf)
+        R[v] = np.where(fits & acc[:, None], np.minimum(leave[:, :, None], stay + _shift(R[w], size[v])).max(axis=0),
+                        np.where(fits, 0.0, inf))
+        fin_same = np.where(acc[None] & allowed[w], tail_fin[w], inf)
+        tail_fin[v] = np.maximum(np.where(acc[None], np.minimum(fin_same, out_fin), out_fin).max(axis=0), 0.0)
+    # a call holds the node's ancestors and descendants in it: m1 + m2 - size <= buckets
+    other = np.clip(buckets + size[:, :, None] - mu[None], 0, buckets)
+    through = (F + np.take_along_axis(G, other, axis=-1)).min(axis=-1)
+    finish = (F + np.take_along_axis(R, other, axis=-1)).min(axis=-1)
+    bad = ~allowed
+    ef, tail = F[:, :, -1], G[:, :, -1]
+    for a in (ef, tail, tail_fin, finish, through):
+        a[bad] = inf
+    tail_fin[:, ~acc] = tail[:, ~acc]
+    return TimeBounds(ef=ef, tail=tail, tail_fin=tail_fin, finish=finish, through=through)
+
+
+def fits_alone(node_mem: np.ndarray, working_set: np.ndarray, param_use, param_bytes: np.ndarray,
+               capacity: np.ndarray, margin: float) -> np.ndarray:
+    """(n, D): the node's own state, parameters and working set fit the device's usable memory."""
+    n = len(node_mem)
+    own = node_mem + working_set
+    pv, pn = param_use
+    if len(pv):
+        own = own + np.bincount(pn, weights=param_bytes[pv], minlength=n)
+    return own[:, None] <= capacity[None, :] * (1.0 - margin)
+
+
+def reduce_allowed(allowed: np.ndarray, horizon: float, bounds_of, rounds: int = 4):
+    """Drop (node, device) pairs whose latency bound exceeds ``horizon``, recomputing the bounds
+    (fewer options make them stronger) until nothing changes. ``bounds_of(allowed)`` returns
+    :class:`TimeBounds`. A node keeps at least its best device, so the model stays well posed even
+    when the horizon is below every placement (then the MIP proves infeasibility itself)."""
+    allowed = allowed.copy()
+    b = bounds_of(allowed)
+    for _ in range(rounds):
+        through = b.through
+        cut = allowed & (through > horizon * (1.0 + FIX_MARGIN))
+        keep_best = np.zeros_like(cut)
+        keep_best[np.arange(len(allowed)), np.argmin(np.where(allowed, through, np.inf), axis=1)] = True
+        cut &= ~(keep_best & (cut | ~allowed).all(axis=1, keepdims=True))
+        if not cut.any():
+            break
+        allowed &= ~cut
+        b = bounds_of(allowed)
+    return allowed, b
+
+
+def add_bound_rows(m, dt, lin) -> None:
+    """The disaggregated rows of the module docstring on model ``m`` (see :func:`build_model`)."""
+    import pyomo.environ as pyo
+
+    b: TimeBounds = dt.bounds
+    U = dt.num_units
+    ud = dt.unit_dev
+    xs = dt.allowed[:, ud]
+    fin_lb, tail_u, through = b.finish[:, ud], b.tail_fin[:, ud], b.through[:, ud]
+
+    def terms(v, coef):
+        ws = [w for w in range(U) if xs[v, w]]
+        return [float(coef[v, w]) for w in ws], [m.x[v, w] for w in ws]
+
+    def _finish(m, v):
+        c, xv = terms(v, fin_lb)
+        if max(c) <= float(dt.lat_lb[v]) + 1e-12:
+            return pyo.Constraint.Skip
+        return lin([1.0] + [-a for a in c], [m.lat[v]] + xv) >= 0
+    m.finish_bound = pyo.Constraint(m.N, rule=_finish, doc="a node finishes no earlier than its device allows")
+
+    def _tail(m, v):
+        c, xv = terms(v, tail_u)
+        if max(c) <= 1e-12:
+            return pyo.Constraint.Skip
+        return lin([1.0, -1.0] + [-a for a in c], [m.T, m.lat[v]] + xv) >= 0
+    m.tail_bound = pyo.Constraint(m.N, rule=_tail, doc="after a node, its device's transfers and successors")
+
+    def _through(m, v):
+        c, xv = terms(v, through)
+        return lin([1.0] + [-a for a in c], [m.T] + xv) >= 0
+    m.through_bound = pyo.Constraint(m.N, rule=_through, doc="latency through a node on its device")
+
+
+def add_slot_order_rows(m, dt, lin) -> None:
+    """Calls on one accelerator run in slot order, so a value never flows from a later call back to
+    an earlier one: for an edge ``a -> b`` and slot ``k``, ``x[b, k] + sum_{k' > k} x[a, k'] <= 1``.
+    (The timing rows imply it for integer placements; the LP needs it spelt out.)"""
+    import pyomo.environ as pyo
+
+    S, q = dt.num_slots, dt.q
+    src, dst = dt.edges
+    xs = dt.allowed[:, dt.unit_dev[:S]]
+    rows = [(e, s) for e in range(len(src)) for s in range(S) if dt.slot_pos[s] < q - 1 and xs[dst[e], s]
+            and xs[src[e], s + 1: s + q - dt.slot_pos[s]].any()]
+
+    def _rule(m, e, s):
+        a, b = int(src[e]), int(dst[e])
+        later = [s + k for k in range(1, q - int(dt.slot_pos[s])) if xs[a, s + k]]
+        return lin([1.0] * (1 + len(later)), [m.x[b, s]] + [m.x[a, w] for w in later]) <= 1
+    m.slot_order = pyo.Constraint(rows, rule=_rule, doc="no value flows from a later call back to an earlier one")
