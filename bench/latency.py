@@ -201,6 +201,31 @@ def plot(row: Row, out: Path) -> Path | None:
     return path
 
 
+def build_table() -> int:
+    """Seconds to build the latency IP for growing BERT operator graphs (8 accelerators, q = 2),
+    split into the bound sweeps + presolve, Pyomo rows and the translation into HiGHS: what must not
+    dominate a solve of minutes."""
+    from planmap.solvers import _mip
+    from planmap.solvers import latency_ip as lip
+
+    print(f"{'nodes':>6} {'rows':>8} {'cols':>8} {'bounds s':>9} {'pyomo s':>8} {'highs s':>8} {'total s':>8}")
+    for layers in (4, 8, 15, 30):
+        g = bert(layers)
+        p = Problem.from_graph(g, net_topology(g, 8, fill=0.7), objective="latency", max_subgraphs=2,
+                               contiguous=False)
+        horizon = evaluate(p, solvers.get("even").solve(p, SolveOptions())).objective
+        t0 = time.perf_counter()
+        dt = lip.prepare(p, horizon)
+        t1 = time.perf_counter()
+        m = lip.build_model(p, horizon=horizon, data=dt)
+        t2 = time.perf_counter()
+        _mip.HighsSession(m)
+        t3 = time.perf_counter()
+        print(f"{p.num_nodes:>6} {m.nconstraints():>8} {m.nvariables():>8} {t1 - t0:>9.2f} {t2 - t1:>8.2f} "
+              f"{t3 - t2:>8.2f} {t3 - t0:>8.2f}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", action="store_true", help="the paper's scales: BERT-12 and ResNet-50 operator "
@@ -208,7 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per instance (q=1 gets a third)")
     ap.add_argument("--only", default=None, help="substring of the instance names to run")
     ap.add_argument("--no-specs", action="store_true", help="skip the example specs")
+    ap.add_argument("--build", action="store_true", help="only time the model build (bounds, Pyomo rows, HiGHS "
+                    "translation) for BERT operator graphs of 250 to 2,000 nodes")
     args = ap.parse_args(argv)
+    if args.build:
+        return build_table()
     limit = args.time_limit or (600.0 if args.scale else 30.0)
     notes: list[str] = []
     instances = synthetic_instances(args.scale)
