@@ -19,8 +19,8 @@ from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage,
 from planmap.solvers import latency_ip as lip  # noqa: E402
 from planmap.solvers._latency_cuts import memory_buckets  # noqa: E402
 from planmap.solvers._latency_data import prepare  # noqa: E402
-from planmap.spec.models import ClusterBody  # noqa: E402
 from planmap.synthetic import paper_topology, profiled_graph, random_dag  # noqa: E402
+from tests.solvers.latency_cases import bytes_graph, gpu_cluster  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
 CERT = Certificate(Status.HEURISTIC, "enumeration")
@@ -28,33 +28,6 @@ CERT = Certificate(Status.HEURISTIC, "enumeration")
 
 def problem(g, topo, q=1) -> Problem:
     return Problem.from_graph(g, topo, objective="latency", max_subgraphs=q, contiguous=q == 1)
-
-
-def bytes_graph(n: int, seed: int, colocation=None):
-    """A random DAG whose transfers are costed from bytes (charges depend on the link)."""
-    g = random_dag(n, seed=seed)
-    rng = np.random.default_rng(seed + 100)
-    out = (rng.lognormal(0, 0.7, n) * 1e6).astype(np.int64)
-    return profiled_graph(list(zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True)),
-                          g.measured["cpu"] * 1e-3, g.measured["accelerator"] * 1e-3, np.nan,
-                          size=g.state_bytes, out_bytes=out, colocation=colocation, name=f"bytes{n}s{seed}")
-
-
-def gpu_cluster(memory: float, *, hosts: int = 1) -> Topology:
-    """CPU + GPUs: NVLink inside a host (send and receive charges depend on the pair), or two hosts."""
-    links = {"hostDevice": {"bandwidth": "1GB/s", "latency": "1ms"}}
-    if hosts == 1:
-        links["intraHost"] = {"bandwidth": "10GB/s", "latency": "0.1ms"}
-    else:
-        links["interHost"] = {"bandwidth": "0.5GB/s", "latency": "2ms"}
-    return Topology.from_spec(ClusterBody.model_validate({
-        "deviceTypes": [
-            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s", "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
-            {"name": "gpu", "kind": "gpu", "memory": int(memory), "memoryBandwidth": "1TB/s",
-             "peakFlops": [{"dtype": "f32", "rate": "100TFLOP/s"}]}],
-        "hosts": [{"name": "h", "count": hosts, "devices": [{"name": "cpu", "type": "cpu"},
-                                                            {"name": "gpu", "type": "gpu", "count": 2 if hosts == 1 else 1}]}],
-        "links": links}))
 
 
 def instance(seed: int, n: int, q: int) -> Problem:

@@ -15,14 +15,13 @@ pyo = pytest.importorskip("pyomo.environ")
 pytest.importorskip("highspy")
 
 from planmap import solvers  # noqa: E402
-from planmap.cluster import Topology  # noqa: E402
 from planmap.errors import InfeasibleError, SolverUnavailableError  # noqa: E402
 from planmap.evaluate import evaluate  # noqa: E402
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status  # noqa: E402
 from planmap.solve import solve as planmap_solve  # noqa: E402
 from planmap.solvers import latency_ip as lip  # noqa: E402
-from planmap.spec.models import ClusterBody  # noqa: E402
-from planmap.synthetic import paper_topology, profiled_graph, random_dag  # noqa: E402
+from planmap.synthetic import paper_topology, random_dag  # noqa: E402
+from tests.solvers.latency_cases import bytes_graph, gpu_cluster  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
 CERT = Certificate(Status.HEURISTIC, "enumeration")
@@ -51,33 +50,6 @@ def enumerate_optimum(p: Problem) -> float:
 
 def problem(g, topo, q=1, **kw) -> Problem:
     return Problem.from_graph(g, topo, objective="latency", max_subgraphs=q, contiguous=q == 1, **kw)
-
-
-def bytes_graph(n: int, seed: int):
-    """A random DAG whose transfers are costed from bytes (so charges depend on the link)."""
-    g = random_dag(n, seed=seed)
-    rng = np.random.default_rng(seed + 100)
-    out = (rng.lognormal(0, 0.7, n) * 1e6).astype(np.int64)
-    return profiled_graph(list(zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True)),
-                          g.measured["cpu"] * 1e-3, g.measured["accelerator"] * 1e-3, np.nan,
-                          size=g.state_bytes, out_bytes=out, name=f"bytes{n}s{seed}")
-
-
-def gpu_cluster(memory: float, *, hosts: int = 1) -> Topology:
-    """CPU + GPUs with device memory: NVLink inside a host (one host) or a network between hosts."""
-    links = {"hostDevice": {"bandwidth": "1GB/s", "latency": "1ms"}}
-    if hosts == 1:
-        links["intraHost"] = {"bandwidth": "10GB/s", "latency": "0.1ms"}
-    else:
-        links["interHost"] = {"bandwidth": "0.5GB/s", "latency": "2ms"}
-    return Topology.from_spec(ClusterBody.model_validate({
-        "deviceTypes": [
-            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s", "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
-            {"name": "gpu", "kind": "gpu", "memory": int(memory), "memoryBandwidth": "1TB/s",
-             "peakFlops": [{"dtype": "f32", "rate": "100TFLOP/s"}]}],
-        "hosts": [{"name": "h", "count": hosts, "devices": [{"name": "cpu", "type": "cpu"},
-                                                            {"name": "gpu", "type": "gpu", "count": 2 if hosts == 1 else 1}]}],
-        "links": links}))
 
 
 def check_against_enumeration(p: Problem) -> Solution:
