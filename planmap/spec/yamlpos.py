@@ -198,6 +198,9 @@ def read_yaml(data: bytes, file: str) -> tuple[Any, Positions, list[Diagnostic]]
             raise _Stop(Diagnostic(file, 1, 1, "alias-limit", "the document nests too deeply")) from None
         except (YAMLError, ValueError, TypeError) as e:
             raise _Stop(Diagnostic(file, 1, 1, "yaml-syntax", str(e).strip().splitlines()[0][:200])) from None
+        if value is None and not builder.errors:  # e.g. a lone anchor or `~`: a document that is null
+            raise _Stop(Diagnostic(file, node.start_mark.line + 1, node.start_mark.column + 1, "empty",
+                                   "the document is null", expected="a PlanSpec or Cluster document"))
         return value, builder.pos, builder.errors
     except _Stop as stop:
         return None, Positions(), [stop.diag]

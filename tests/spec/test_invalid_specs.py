@@ -165,7 +165,8 @@ def test_missing_cluster_file(tmp_path):
     assert (d.line, d.col, d.code) == (11, 12, "file-not-found")
 
 
-@pytest.mark.parametrize("text,code", [("", "empty"), ("- a\n- b\n", "type"), ("a: 1\n---\nb: 2\n", "yaml-syntax"),
+@pytest.mark.parametrize("text,code", [("", "empty"), ("~\n", "empty"), ("&#", "empty"), ("- a\n- b\n", "type"),
+                                       ("a: 1\n---\nb: 2\n", "yaml-syntax"),
                                        ("x: !!python/object:os.system ls\n", "yaml-tag")])
 def test_document_level_errors(tmp_path, text, code):
     (tmp_path / "s.yaml").write_text(text)
