@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.graph import topological_order
 from planmap.problem import Problem, Solution
 
 __all__ = ["Evaluation", "evaluate", "nonconvex_units", "quotient_order"]
@@ -97,24 +98,7 @@ def quotient_order(graph, unit: np.ndarray, num_units: int, extra: list[tuple[in
     if mask is not None:
         keep &= mask[s] & mask[d]
     pairs = set(zip(us[keep].tolist(), ud[keep].tolist(), strict=True)) | set(extra)
-    indeg = [0] * num_units
-    out: list[list[int]] = [[] for _ in range(num_units)]
-    for a, b in pairs:
-        out[a].append(b)
-        indeg[b] += 1
-    ready = sorted(u for u in range(num_units) if indeg[u] == 0)
-    order = []
-    import heapq
-
-    heapq.heapify(ready)
-    while ready:
-        u = heapq.heappop(ready)
-        order.append(u)
-        for w in out[u]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(ready, w)
-    return order if len(order) == num_units else None
+    return topological_order(num_units, sorted(pairs))
 
 
 def _crossings(problem: Problem, unit: np.ndarray):

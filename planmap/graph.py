@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TensorType", "DimRoles", "Arg", "OpGraph", "GraphError"]
+__all__ = ["TensorType", "DimRoles", "Arg", "OpGraph", "GraphError", "topological_order"]
 
 
 class GraphError(ValueError):
@@ -303,3 +303,28 @@ class OpGraph:
     def __repr__(self) -> str:
         return (f"OpGraph({self.name!r}, nodes={self.num_nodes}, values={self.num_values}, "
                 f"edges={self.num_edges}, flops={self.total_flops:.3g})")
+
+
+def topological_order(k: int, pairs, tiebreak=None) -> list[int] | None:
+    """Kahn's algorithm over ``k`` items and ``(a, b)`` edges (``a`` before ``b``; repeats allowed),
+    always taking the ready item with the smallest ``tiebreak`` (default: its index), so the order
+    is deterministic whatever the order of ``pairs``. None when the edges form a cycle."""
+    import heapq
+
+    indeg = [0] * k
+    out: list[list[int]] = [[] for _ in range(k)]
+    for a, b in (pairs.tolist() if isinstance(pairs, np.ndarray) else pairs):
+        out[a].append(b)
+        indeg[b] += 1
+    key = list(range(k)) if tiebreak is None else [int(x) for x in tiebreak]
+    heap = [(key[u], u) for u in range(k) if indeg[u] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, u = heapq.heappop(heap)
+        order.append(u)
+        for w in out[u]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, (key[w], w))
+    return order if len(order) == k else None

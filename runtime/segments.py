@@ -9,12 +9,12 @@ their first op always form a valid execution order — the fallback that makes e
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np
 
 from planmap.errors import InputError
+from planmap.graph import topological_order
 from planmap.plan.build import ranges_to_ids
 from planmap.plan.document import PlanDocument
 from planmap.runtime.ir_graph import ARG, EntryGraph
@@ -81,22 +81,8 @@ def _order(graph: EntryGraph, segments: list[Segment]) -> list[int] | None:
     for s, seg in enumerate(segments):
         for i in seg.ops:
             deps[s].update(int(seg_of[p]) for p in _producers(graph, i) if seg_of[p] != s)
-    users = [[] for _ in segments]
-    for s, ds in enumerate(deps):
-        for d in ds:
-            users[d].append(s)
-    indeg = [len(d) for d in deps]
-    heap = [(segments[s].ops[0], s) for s in range(len(segments)) if indeg[s] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        _, s = heapq.heappop(heap)
-        order.append(s)
-        for u in users[s]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(heap, (segments[u].ops[0], u))
-    return order if len(order) == len(segments) else None
+    pairs = [(d, s) for s, ds in enumerate(deps) for d in sorted(ds)]
+    return topological_order(len(segments), pairs, [seg.ops[0] for seg in segments])
 
 
 def form_segments(doc: PlanDocument, graph: EntryGraph) -> list[Segment]:

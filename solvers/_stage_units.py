@@ -29,9 +29,10 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from planmap.errors import PlanmapError
+from planmap.graph import topological_order
 from planmap.problem import Problem
 
-__all__ = ["Units", "DeviceClasses", "build_units", "unit_memory", "crossing_values", "topological_order",
+__all__ = ["Units", "DeviceClasses", "build_units", "unit_memory", "crossing_values",
            "device_classes", "allreduce_times"]
 
 
@@ -98,28 +99,6 @@ def build_units(problem: Problem) -> Units:
     node_unit = rank[comp[unit_of]]
     e = rank[pairs] if len(pairs) else pairs
     return Units(node_unit, ncomp, e.reshape(-1, 2), contig)
-
-
-def topological_order(k: int, pairs: np.ndarray, tiebreak: np.ndarray) -> list[int]:
-    """Kahn's algorithm, smallest ``tiebreak`` first (deterministic: follows the graph's node order)."""
-    import heapq
-
-    indeg = np.zeros(k, np.int64)
-    out: list[list[int]] = [[] for _ in range(k)]
-    for a, b in pairs.tolist():
-        out[a].append(b)
-        indeg[b] += 1
-    heap = [(int(tiebreak[u]), u) for u in range(k) if indeg[u] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        _, u = heapq.heappop(heap)
-        order.append(u)
-        for w in out[u]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(heap, (int(tiebreak[w]), w))
-    return order
 
 
 def unit_memory(problem: Problem, unit_of: np.ndarray, num_units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

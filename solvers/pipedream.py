@@ -27,11 +27,12 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from planmap.errors import InfeasibleError, SolverUnavailableError
+from planmap.graph import topological_order
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
 from ._ideals import pack
 from ._pipeline_dp import to_solution
-from ._stage_units import Units, build_units, topological_order
+from ._stage_units import Units, build_units
 
 __all__ = ["PipeDream", "layer_chain", "chain_ideals"]
 
