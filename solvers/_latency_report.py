@@ -44,11 +44,7 @@ def _certificate_fields(problem, objective, result: _mip.MipResult, origin, star
     status = result.status or Status.TIME_LIMIT
     if status == Status.OPTIMAL and not same:
         status = Status.GAP_REACHED if (gap or 0.0) > _mip.OPTIMAL_GAP else Status.OPTIMAL
-    if status == Status.INFEASIBLE:
-        # the backend rejected a model that the warm start satisfies (tolerances at the horizon):
-        # the answer is feasible (evaluate says so) but nothing about it is proven
-        status, bound, gap = Status.HEURISTIC, None, None
-        notes = [*notes, "the backend called the model infeasible though the warm start satisfies it; unproven"]
+    status, bound, gap, notes = _mip.unproven_if_infeasible(status, bound, gap, notes)
 
     def fmt(v):
         return "none" if v is None else f"{v:.6g}s"

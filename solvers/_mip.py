@@ -49,7 +49,8 @@ from typing import Any
 import numpy as np
 
 from planmap.errors import PlanmapError, SolverUnavailableError
-from planmap.problem import SolveOptions, Status
+from planmap.evaluate import evaluate
+from planmap.problem import Problem, Solution, SolveOptions, Status
 
 __all__ = [
     "Backend",
@@ -58,12 +59,41 @@ __all__ = [
     "MipResult",
     "ProgressPoint",
     "available_backends",
+    "choose_answer",
     "get_backend",
     "solve_model",
     "status_for",
+    "unproven_if_infeasible",
 ]
 
 OPTIMAL_GAP = 1e-6  # a backend "optimal" with at most this gap is reported as proven optimal
+
+
+def choose_answer(problem: Problem, candidate: Solution | None, start: Solution | None, start_name: str,
+                  start_objective: float | None, notes: list[str], *, why: str = "") -> tuple[Solution | None, str]:
+    """``(answer, origin)``: the MIP's plan (origin ``"ip"``) when ``evaluate`` accepts it and it is no
+    worse than the warm start, else the warm start (origin ``start_name``; a rejected plan is noted in
+    ``notes``, with ``why`` appended), else ``(None, "")``."""
+    if candidate is not None:
+        ev = evaluate(problem, candidate)
+        if not ev.feasible:
+            notes.append(f"the MIP's plan fails evaluate ({ev.violations[0]}){why}")
+            candidate = None
+        elif start_objective is not None and ev.objective > start_objective:
+            candidate = None
+    if candidate is not None:
+        return candidate, "ip"
+    return (start, start_name) if start is not None else (None, "")
+
+
+def unproven_if_infeasible(status: Status, bound: float | None, gap: float | None,
+                           notes: list[str]) -> tuple[Status, float | None, float | None, list[str]]:
+    """A backend "infeasible" next to an answer that ``evaluate`` accepts (the warm start, which the
+    model holds up to the backend's tolerances) proves nothing: heuristic, without bound or gap."""
+    if status != Status.INFEASIBLE:
+        return status, bound, gap, notes
+    return Status.HEURISTIC, None, None, [*notes, "the backend called the model infeasible though the warm start "
+                                                   "satisfies it; unproven"]
 
 
 @dataclass(frozen=True)

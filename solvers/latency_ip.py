@@ -309,22 +309,17 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
         for v in np.flatnonzero(xs[:, s]).tolist():
             coefs.append(-float(dt.t[v, d]))
             vs.append(m.x[v, s])
-        for j in ins[s]:
-            c = recv_c.get((j, s))
-            if c:
-                coefs.append(-c)
-                vs.append(m.cin[j, s])
-            elif (j, s) in recv_lv:
-                coefs.append(-1.0)
-                vs.append(m.R[j, s])
-        for j in outs[s]:
-            c = send_c.get((j, s))
-            if c:
-                coefs.append(-c)
-                vs.append(m.cout[j, s])
-            elif (j, s) in send_lv:
-                coefs.append(-1.0)
-                vs.append(m.O[j, s])
+        # each value received or sent: a fixed charge on its indicator, or its charge-level variable
+        for js, fixed, indicator, levels, charge in ((ins[s], recv_c, m.cin, recv_lv, m.R),
+                                                     (outs[s], send_c, m.cout, send_lv, m.O)):
+            for j in js:
+                c = fixed.get((j, s))
+                if c:
+                    coefs.append(-c)
+                    vs.append(indicator[j, s])
+                elif (j, s) in levels:
+                    coefs.append(-1.0)
+                    vs.append(charge[j, s])
         return (0, lin(coefs, vs), 0)
     m.duration = pyo.Constraint(m.S, rule=_duration, doc="a call receives, computes and sends, one after another")
 
@@ -483,16 +478,7 @@ class LatencyIP:
             notes.append(lns_note)
             if stopped:
                 result = replace(result, status=Status.INTERRUPTED, termination="Interrupted by user")
-        chosen, origin = ip_sol, "ip"
-        if ip_sol is not None:
-            ev = evaluate(problem, ip_sol)
-            if not ev.feasible:
-                notes.append(f"the backend's solution fails evaluate ({ev.violations[0]})")
-                chosen = None
-            elif start_latency is not None and ev.objective > start_latency:
-                chosen = None
-        if chosen is None and start is not None:
-            chosen, origin = start, start_name
+        chosen, origin = _mip.choose_answer(problem, ip_sol, start, start_name, start_latency, notes)
         if chosen is None:
             if result.status == Status.INFEASIBLE:
                 raise InfeasibleError(

@@ -471,17 +471,9 @@ class ThroughputIP:
             notes.append(f"warm start from {start_name} does not fit the model")
         left = max(1.0, options.time_limit - (time.perf_counter() - t0))
         result = solve(model, replace(backend_options, time_limit=left), warm_start=warm)
-        chosen, origin = (extract(model, problem), "ip") if result.has_solution else (None, "")
-        if chosen is not None:
-            ev = evaluate(problem, chosen)
-            if not ev.feasible:
-                notes.append(f"the MIP's plan fails evaluate ({ev.violations[0]})"
-                             + ("; 1F1B memory was relaxed in non-contiguous mode" if dt.relaxed else ""))
-                chosen = None
-            elif start_obj is not None and ev.objective > start_obj:
-                chosen = None
-        if chosen is None and start is not None:
-            chosen, origin = start, start_name
+        chosen, origin = _mip.choose_answer(
+            problem, extract(model, problem) if result.has_solution else None, start, start_name, start_obj, notes,
+            why="; 1F1B memory was relaxed in non-contiguous mode" if dt.relaxed else "")
         if chosen is None:
             if result.status == Status.INFEASIBLE:
                 raise InfeasibleError(f"{problem.name}: no pipeline satisfies memory, pins and colocation "
@@ -494,10 +486,7 @@ class ThroughputIP:
         status = result.status or Status.TIME_LIMIT
         if status in (Status.OPTIMAL, Status.GAP_REACHED):
             status = Status.OPTIMAL if (gap or 0.0) <= _mip.OPTIMAL_GAP else Status.GAP_REACHED
-        if status == Status.INFEASIBLE:
-            # the backend rejected a model that the warm start satisfies (tolerances): unproven
-            status, bound, gap = Status.HEURISTIC, None, None
-            notes = [*notes, "the backend called the model infeasible though the warm start satisfies it; unproven"]
+        status, bound, gap, notes = _mip.unproven_if_infeasible(status, bound, gap, notes)
         parts = [f"{result.backend} {result.termination}: incumbent {_fmt(result.incumbent)}, bound {_fmt(result.bound)}"]
         if start_obj is not None:
             parts.append(f"warm start {start_name} {start_obj:.6g}s ({result.warm_start if warm else 'not used'})")
