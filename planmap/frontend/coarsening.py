@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from planmap.frontend import costs as C
-from planmap.frontend.namestack import label_ops
+from planmap.frontend.namestack import common_scope, label_ops
 from planmap.frontend.partition import Partition
 from planmap.frontend.repeats import tandem_blocks
 from planmap.graph import OpGraph
@@ -321,16 +321,7 @@ def _heaviest_member(graph: OpGraph, node_of: np.ndarray, k: int) -> np.ndarray:
 
 
 def _common_name(names: list[str]) -> str:
-    parts = [n.split("/") for n in names if n]
-    if not parts:
-        return ""
-    common = parts[0]
-    for p in parts[1:]:
-        i = 0
-        while i < min(len(common), len(p)) and common[i] == p[i]:
-            i += 1
-        common = common[:i]
-    return "/".join(common)
+    return "/".join(common_scope(n for n in names if n))
 
 
 def _value_type(graph: OpGraph, v: int):

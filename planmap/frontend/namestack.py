@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["StackInfo", "parse_stack", "Labels", "label_ops"]
+__all__ = ["StackInfo", "parse_stack", "Labels", "label_ops", "common_scope"]
 
 _WRAPPERS = frozenset({"jvp", "transpose", "vmap", "remat", "checkpoint", "jit", "pjit", "xla_call",
                        "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map", "pmap",
@@ -162,3 +162,19 @@ def _first_forward_order(group: np.ndarray, backward: np.ndarray, n_groups: int)
     np.minimum.at(anyop, group[sel], idx[sel])
     key = np.where(first < np.iinfo(np.int64).max, first, len(group) + anyop)
     return [int(g) for g in np.argsort(key, kind="stable")]
+
+
+def common_scope(names) -> list[str]:
+    """The leading ``/``-separated components that all ``names`` share (``[]`` for no names): the
+    scope that names a group of ops, e.g. ``["jit(f)", "layer3"]`` for the ops of one layer."""
+    common: list[str] | None = None
+    for name in names:
+        parts = name.split("/")
+        if common is None:
+            common = parts
+            continue
+        k = 0
+        while k < min(len(common), len(parts)) and common[k] == parts[k]:
+            k += 1
+        common = common[:k]
+    return common or []

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planmap.frontend.namestack import common_scope
 from planmap.plan.build import ranges_to_ids
 from planmap.plan.document import PlanDocument
 
@@ -51,13 +52,7 @@ def op_placement(doc: PlanDocument) -> tuple[np.ndarray, list[str]]:
 def _label(names: list[str] | None, a: int, b: int) -> str:
     if not names:
         return ""
-    parts = [n.split("/") for n in names[a:b]]
-    common = parts[0]
-    for p in parts[1:]:
-        k = 0
-        while k < min(len(common), len(p)) and common[k] == p[k]:
-            k += 1
-        common = common[:k]
+    common = common_scope(names[a:b])
     return "/".join(common) if common else names[a]
 
 

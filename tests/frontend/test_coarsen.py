@@ -210,3 +210,12 @@ def test_a_layer_that_is_not_convex_is_left_fused_and_reported():
     check_coarse(g, c)
     assert c.num_nodes == 4
     assert c.meta["coarsening"]["not_convex"] == ["layer1"]
+
+
+def test_common_scope_is_the_shared_leading_components():
+    from planmap.frontend.namestack import common_scope
+
+    assert common_scope(["jit(f)/layer3/attn/dot", "jit(f)/layer3/mlp/add"]) == ["jit(f)", "layer3"]
+    assert common_scope(["jit(f)/embed/gather"]) == ["jit(f)", "embed", "gather"]
+    assert common_scope(["a/b", "c/d"]) == []
+    assert common_scope([]) == []
