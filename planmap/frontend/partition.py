@@ -119,23 +119,23 @@ class Partition:
         pos = self.pos
         lo = min(pos[g] for g in S)
         hi = max(pos[g] for g in S)
-        fwd: set[int] = set()
-        stack = list(S)
-        while stack:
-            g = stack.pop()
-            for s in self.succs[g]:
-                if s not in S and s not in fwd and pos[s] < hi:
-                    fwd.add(s)
-                    stack.append(s)
-        back: set[int] = set()
-        stack = list(S)
-        while stack:
-            g = stack.pop()
-            for p in self.preds[g]:
-                if p not in S and p not in back and pos[p] > lo:
-                    back.add(p)
-                    stack.append(p)
+        fwd = self._reach(S, self.succs, lambda q: q < hi)
+        back = self._reach(S, self.preds, lambda q: q > lo)
         return S, fwd & back
+
+    def _reach(self, S: set[int], nbrs, within) -> set[int]:
+        """Groups outside ``S`` reachable from it along ``nbrs`` (succs or preds) through groups whose
+        position satisfies ``within`` (positions outside the window cannot lead back into it)."""
+        pos = self.pos
+        seen: set[int] = set()
+        stack = list(S)
+        while stack:
+            g = stack.pop()
+            for h in nbrs[g]:
+                if h not in S and h not in seen and within(pos[h]):
+                    seen.add(h)
+                    stack.append(h)
+        return seen
 
     def contract(self, groups: Iterable[int]) -> int:
         """Merge a convex set of groups into one (the caller checked :meth:`convex_closure`)."""
@@ -146,14 +146,7 @@ class Partition:
         lo, hi = pos[S[0]], pos[S[-1]]
         Sset = set(S)
         # ancestors of S inside the window must stay before it; everything else goes after it
-        anc: set[int] = set()
-        stack = list(S)
-        while stack:
-            g = stack.pop()
-            for p in self.preds[g]:
-                if p not in Sset and p not in anc and pos[p] > lo:
-                    anc.add(p)
-                    stack.append(p)
+        anc = self._reach(Sset, self.preds, lambda q: q > lo)
         window = sorted((g for g in pos if lo <= pos[g] <= hi), key=pos.__getitem__)
         slots = [pos[g] for g in window]
         head = S[0]
