@@ -19,6 +19,7 @@ from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
 
 from ._latency_cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, reduce_allowed, time_bounds
+from ._latency_splits import best_splits
 
 __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "best_baseline", "BASELINES",
            "MEMORY_MARGIN"]
@@ -328,6 +329,8 @@ def best_baseline(problem: Problem, options: SolveOptions, time_budget: float) -
         consider(options.warm_start, "given warm start")
     for sol in packed_splits(problem):
         consider(sol, "packed split")
+    for sol in best_splits(problem):
+        consider(sol, "contiguous split DP")
     base_opts = replace(options, time_limit=max(1.0, min(30.0, 0.1 * time_budget)), warm_start=None, progress=None)
     for name in BASELINES:
         try:
