@@ -85,6 +85,36 @@ def _consumers_and_producers(n: int, val_prod, pair_val, pair_cons):
     return prod, by_cons, in_ptr, by_prod, out_ptr
 
 
+def _closures(n: int, prod: np.ndarray, cons: np.ndarray) -> tuple[list[int], list[int]]:
+    """Ancestors and descendants of every node as Python-int bitsets (nodes in topological order)."""
+    preds: list[list[int]] = [[] for _ in range(n)]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for a, b in set(zip(prod.tolist(), cons.tolist(), strict=True)):
+        preds[b].append(a)
+        succs[a].append(b)
+    anc, desc = [0] * n, [0] * n
+    for v in range(n):
+        for p in preds[v]:
+            anc[v] |= anc[p] | (1 << p)
+    for v in range(n - 1, -1, -1):
+        for w in succs[v]:
+            desc[v] |= desc[w] | (1 << w)
+    return anc, desc
+
+
+def _coupled(option: np.ndarray, nodes: np.ndarray, closure: list[int]) -> np.ndarray:
+    """``option[i]`` (k, D) is what the call pays when neighbour ``nodes[i]`` is outside it. A call is
+    convex, so with ``nodes[i]`` outside, every neighbour ``nodes[j]`` on a path through ``nodes[i]``
+    (``closure[nodes[i]]`` holds it: an ancestor of a producer, a descendant of a consumer) is outside
+    too, and the call pays both: ``out[i] = max_j option[j]`` over ``j = i`` and those."""
+    ids = nodes.tolist()
+    k = len(ids)
+    tie = np.array([[ids[j] == ids[i] or (closure[ids[i]] >> ids[j]) & 1 for j in range(k)] for i in range(k)], bool)
+    if not (tie.sum() > k):
+        return option
+    return np.where(tie[:, :, None], option[None, :, :], -np.inf).max(axis=1)
+
+
 def memory_buckets(node_bytes: np.ndarray, capacity: np.ndarray, buckets: int) -> np.ndarray:
     """(n, D) each node's memory in whole ``capacity / buckets`` units, rounded down (so any set of
     nodes that fits a device also fits ``buckets`` units: the bounds stay a relaxation); 0 on devices
@@ -128,6 +158,7 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
     send_acc = np.where(acc[None, :, None], send, 0.0)  # only accelerator calls pay to send
     in_call = acc[None, :, None]  # (1, D, 1): devices whose nodes share a call
     prod, by_cons, in_ptr, by_prod, out_ptr = _consumers_and_producers(n, val_prod, pair_val, pair_cons)
+    anc, desc = _closures(n, prod, pair_cons)
     mu = np.arange(K1)[None, :]
     # F[v, a, m]: chain point of v on a when v's ancestors inside its call weigh at most m units
     F = np.full((n, D, K1), inf)
@@ -142,6 +173,8 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         # value available at a consumer on b, for a producer on a: (k, a, b)
         arrive = ef_p[:, :, None] + send_acc[j] + recv[j]
         arrive = np.where(cross[None] & allowed[p][:, :, None], arrive, inf).min(axis=1)
+        if len(uses) > 1:  # convexity: a producer outside the call takes its ancestors out with it
+            arrive = _coupled(arrive, p, anc)
         same_call = np.where(in_call & allowed[p][:, :, None], _shift(F[p], size[w]), inf)
         opt = np.minimum(arrive[:, :, None], same_call).max(axis=0)
         F[w] = np.where(fits, t[w][:, None] + np.maximum(opt, 0.0), inf)
@@ -163,6 +196,8 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         leave = np.where(ok, send_acc[j], inf).min(axis=2)  # (k, a): cheapest way out of the call
         out = np.where(ok, send_acc[j] + reach, inf).min(axis=2)
         out_fin = np.where(ok, reach, inf).min(axis=2)
+        if len(uses) > 1:  # convexity: a consumer outside the call takes its descendants out with it
+            out, out_fin = _coupled(out, w, desc), _coupled(out_fin, w, desc)
         stay = np.where(in_call & allowed[w][:, :, None], t[w][:, :, None], inf)  # consumer kept in the call
         G[v] = np.where(fits, np.maximum(np.minimum(out[:, :, None], stay + _shift(G[w], size[v])).max(axis=0), 0.0), inf)
         R[v] = np.where(fits & acc[:, None], np.minimum(leave[:, :, None], stay + _shift(R[w], size[v])).max(axis=0),
