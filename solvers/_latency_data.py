@@ -3,8 +3,9 @@
 :func:`prepare` turns a :class:`~planmap.problem.Problem` into numpy arrays in well-conditioned
 model time units (transfer charges per value and pair of devices exactly as
 :func:`planmap.evaluate.evaluate` charges them, min-time longest paths, memory terms, colocation
-pairs, interchangeable devices); :func:`best_baseline` asks the registry's baselines for the best
-feasible placement, the MIP's warm start and horizon.
+pairs, interchangeable devices); :func:`best_baseline` asks the registry's baselines, the packed
+splits and the contiguous split DP (:mod:`._latency_splits`) for the best feasible placement, the
+MIP's warm start and horizon.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ the model is built, every device on which a node cannot beat the horizon (the be
 latency: the search never leaves the region that beats the warm start) or does not fit alone.
 Identical devices are ordered by their first node, empty subgraphs come last, no value flows from a
 later call of a device back to an earlier one (symmetry breaking), and the MIP starts from the best
-baseline the registry has (:mod:`._latency_start`). The graph is the problem's graph, which is
+baseline the registry has or the exact DP over contiguous splits finds (:mod:`._latency_splits`;
+loaded by :mod:`._latency_start`). The graph is the problem's graph, which is
 already coarsened; the solution's assignment is per coarse node, which ``graph.members`` maps back
 to every op.
 
