@@ -19,6 +19,11 @@ must pay around each node *given the device it runs on*:
   ``through = ef + tail`` bounds the latency of every placement that runs the node there.
 * ``tail_fin[v, a]``: the same from the end of the node's call (sends already paid).
 
+A call is convex, which couples a node's neighbours: when a producer of ``w`` is outside ``w``'s call,
+so is every other producer of ``w`` that is its ancestor, and the call receives both (likewise a
+consumer outside the call takes the consumers that descend from it along). Without this a path could
+"leave" a call over one cheap edge (a layer norm's tiny output) while the activation next to it stays.
+
 Memory makes them much stronger where it is tight (BERT-24 layers, ResNet-50, Inception): the
 sweeps carry the memory of the path inside the call (in ``BUCKETS`` units per device, rounded down
 so the relaxation stays valid), and a call cannot hold more than its device, so a path heavier than
