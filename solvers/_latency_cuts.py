@@ -24,6 +24,13 @@ so is every other producer of ``w`` that is its ancestor, and the call receives 
 consumer outside the call takes the consumers that descend from it along). Without this a path could
 "leave" a call over one cheap edge (a layer norm's tiny output) while the activation next to it stays.
 
+A call also runs its nodes one after another, which the per-path sweep cannot see: at a join of two
+independent producers that share the join's call, the chain through one producer also pays the other
+producer's own branch — its compute inside the call, or the transfer through which the branch enters
+it (:func:`_join`, for joins of up to ``JOIN_MAX`` producers: every convex choice of which producers
+share the call is a case, and the bound is the cheapest). On BERT-12 this is each layer's Q, K and V
+projections: the root bound rises from 575.9 to 592.3 ms (the best placement is 652.8 ms).
+
 Memory makes them much stronger where it is tight (BERT-24 layers, ResNet-50, Inception): the
 sweeps carry the memory of the path inside the call (in ``BUCKETS`` units per device, rounded down
 so the relaxation stays valid), and a call cannot hold more than its device, so a path heavier than
@@ -120,6 +127,73 @@ def _coupled(option: np.ndarray, nodes: np.ndarray, closure: list[int]) -> np.nd
     return np.where(tie[:, :, None], option[None, :, :], -np.inf).max(axis=1)
 
 
+JOIN_MAX = 4  # joins of more producers keep the per-producer bound (the join bound enumerates 2^k subsets)
+CHAIN_MAX = 64  # longest private branch followed back from a producer
+
+
+def _private_work(start: int, other: int, t: np.ndarray, rmin: np.ndarray, anc: list[int],
+                  preds_of: list[list[int]]) -> np.ndarray:
+    """(D,) the least a call on each device spends on ``start``'s own branch when ``start`` is in the
+    call: following one path back from ``start`` through nodes that are neither ``other`` nor its
+    ancestors, each node is computed in the call until the branch enters it — receiving the value of
+    the first node outside (a value no path into ``other`` carries, so not a charge already counted
+    on ``other``'s side). Entering at the fork itself costs nothing extra (its value may be received
+    for ``other`` too), so the all-inside option counts compute only."""
+    excl = anc[other] | (1 << other)
+    path = [start]
+    x = start
+    while len(path) < CHAIN_MAX:
+        cands = [y for y in preds_of[x] if not (excl >> y) & 1]
+        if not cands:
+            break
+        x = min(cands, key=lambda y: (-float(np.min(t[y])), y))
+        path.append(x)
+    tt = t[path]
+    inside = tt.sum(axis=0)
+    if len(path) == 1:
+        return inside
+    entries = np.cumsum(tt, axis=0)[:-1] + rmin[path[1:]]  # entry at the e-th node, e = 1..L
+    return np.minimum(inside, entries.min(axis=0))
+
+
+def _join(producers: np.ndarray, p: np.ndarray, arrive: np.ndarray, same_call: np.ndarray, t: np.ndarray,
+          rmin: np.ndarray, anc: list[int], preds_of: list[list[int]]) -> np.ndarray:
+    """(D, K1) the least a join waits before its own compute, over which producers share its call.
+
+    A call runs its nodes one after another, so with two independent producers both inside it, the
+    chain through one also pays the other's own branch (:func:`_private_work`): the per-producer bound
+    ``max_p min(arrive_p, same_p)`` assumes the branches run in parallel. Every subset ``S`` of
+    producers inside the call is a case (a subset that leaves a producer outside while one of its
+    ancestors is inside is not convex, and skipped); the bound is the cheapest case."""
+    k = len(producers)
+    ids = producers.tolist()
+    arr = np.stack([arrive[p == q].max(axis=0) for q in ids])  # (k, D): all its values must arrive
+    same = np.stack([same_call[np.flatnonzero(p == q)[0]] for q in ids])  # (k, D, K1)
+    is_anc = [[i != j and bool((anc[ids[i]] >> ids[j]) & 1) for j in range(k)] for i in range(k)]  # j before i
+    extra = np.zeros((k, k, t.shape[1]))
+    indep = np.zeros((k, k), bool)
+    for i in range(k):
+        for j in range(k):
+            if i != j and not is_anc[i][j] and not is_anc[j][i]:
+                indep[i, j] = True
+                extra[i, j] = _private_work(ids[j], ids[i], t, rmin, anc, preds_of)
+    best = np.full(same.shape[1:], np.inf)
+    for mask in range(1 << k):
+        inside = [(mask >> i) & 1 == 1 for i in range(k)]
+        if any(inside[j] and not inside[i] and is_anc[i][j] for i in range(k) for j in range(k)):
+            continue  # an ancestor inside, its descendant producer outside: not convex
+        val = np.full(same.shape[1:], -np.inf)
+        for i in range(k):
+            if not inside[i]:
+                val = np.maximum(val, arr[i][:, None])
+                continue
+            others = [j for j in range(k) if inside[j] and indep[i, j]]
+            add = extra[i, others].max(axis=0)[:, None] if others else 0.0  # one other branch: no overlap
+            val = np.maximum(val, same[i] + add)
+        best = np.minimum(best, val)
+    return best
+
+
 def memory_buckets(node_bytes: np.ndarray, capacity: np.ndarray, buckets: int) -> np.ndarray:
     """(n, D) each node's memory in whole ``capacity / buckets`` units, rounded down (so any set of
     nodes that fits a device also fits ``buckets`` units: the bounds stay a relaxation); 0 on devices
@@ -164,6 +238,14 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
     in_call = acc[None, :, None]  # (1, D, 1): devices whose nodes share a call
     prod, by_cons, in_ptr, by_prod, out_ptr = _consumers_and_producers(n, val_prod, pair_val, pair_cons)
     anc, desc = _closures(n, prod, pair_cons)
+    preds_of: list[list[int]] = [[] for _ in range(n)]
+    for a, b in sorted(set(zip(prod.tolist(), pair_cons.tolist(), strict=True))):
+        preds_of[b].append(a)
+    # rmin[x, b]: the least a call on b pays to receive any value of x (from anywhere x may run)
+    rmin = np.full((n, D), inf)
+    if len(val_prod):
+        per_val = np.where(cross[None] & allowed[val_prod][:, :, None], recv, inf).min(axis=1)
+        np.minimum.at(rmin, val_prod, per_val)
     mu = np.arange(K1)[None, :]
     # F[v, a, m]: chain point of v on a when v's ancestors inside its call weigh at most m units
     F = np.full((n, D, K1), inf)
@@ -181,7 +263,11 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         if len(uses) > 1:  # convexity: a producer outside the call takes its ancestors out with it
             arrive = _coupled(arrive, p, anc)
         same_call = np.where(in_call & allowed[p][:, :, None], _shift(F[p], size[w]), inf)
-        opt = np.minimum(arrive[:, :, None], same_call).max(axis=0)
+        producers = np.unique(p)
+        if 2 <= len(producers) <= JOIN_MAX and acc.any():
+            opt = _join(producers, p, arrive, same_call, t, rmin, anc, preds_of)
+        else:
+            opt = np.minimum(arrive[:, :, None], same_call).max(axis=0)
         F[w] = np.where(fits, t[w][:, None] + np.maximum(opt, 0.0), inf)
     # G[v, a, m]: latency minus the chain point when v's descendants in its call weigh at most m;
     # R: the same for what the call still pays (finish minus chain point)

@@ -130,6 +130,77 @@ def test_time_bounds_hold_on_every_feasible_placement(seed, n, q):
     assert checked >= 10  # the instance leaves room to check
 
 
+FORK_JOINS = {
+    "diamond": [(0, 1), (1, 2), (2, 5), (0, 3), (3, 4), (4, 5)],  # two branches of two nodes
+    "three-way": [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4)],  # a join of three producers
+    "nested": [(0, 1), (0, 2), (1, 3), (2, 3), (1, 4), (3, 5), (4, 5)],  # joins inside joins, a skip edge
+}
+
+
+def fork_join_instance(shape: str, seed: int, q: int) -> Problem:
+    """Branchy graphs (the random DAGs have a backbone, so their joins never have independent
+    producers): transfers cheap enough that running branches apart can pay, on the paper's cluster
+    or link-dependent GPUs, with memory for about two thirds of the graph per accelerator."""
+    edges = FORK_JOINS[shape]
+    n = max(b for _, b in edges) + 1
+    rng = np.random.default_rng(seed)
+    acc = rng.lognormal(0, 0.6, n)
+    out = (rng.lognormal(0, 0.6, n) * 3e6).astype(np.int64)
+    g = profiled_graph(edges, acc * rng.lognormal(np.log(4), 0.4, n), acc, rng.lognormal(np.log(0.3), 0.6, n),
+                       size=rng.lognormal(0, 0.4, n) * 1e6, out_bytes=out)
+    memory = float(g.state_bytes.sum()) * 0.67 + 4 * float(out.max())  # room for the working sets
+    if seed % 2:
+        return problem(g, gpu_cluster(memory), q)
+    return problem(g, paper_topology(2, 1, memory=memory), q)
+
+
+@pytest.mark.parametrize("shape,seed,q", [(s, seed, q) for s in FORK_JOINS for seed, q in ((0, 1), (1, 1), (2, 2), (3, 2))])
+def test_join_bounds_hold_on_every_feasible_placement_of_branchy_graphs(shape, seed, q):
+    p = fork_join_instance(shape, seed, q)
+    dt = prepare(p)
+    b, u = dt.bounds, dt.unit
+    nodes = np.arange(p.num_nodes)
+    checked = 0
+    for sol in placements(p):
+        ev = evaluate(p, sol)
+        if not ev.feasible:
+            continue
+        dev = sol.node_device()
+        T, fin = ev.objective / u, ev.node_finish / u
+        tol = 1e-9 * T
+        assert np.all(b.finish[nodes, dev] <= fin + tol)
+        assert np.all(b.through[nodes, dev] <= T + tol)
+        assert np.all(b.ef[nodes, dev] + b.tail[nodes, dev] <= T + tol)
+        checked += 1
+    assert checked >= 10
+
+
+def test_join_bound_charges_both_branches_to_one_call():
+    """Transfers far dearer than compute: the best placement runs the diamond on one accelerator, one
+    branch after the other. A path bound sees only the longer branch; the join bound sees both."""
+    t = [0.1, 0.2, 0.3, 0.25, 0.15, 0.1]
+    g = profiled_graph(FORK_JOINS["diamond"], [10.0] * 6, t, 5.0, size=1)
+    p = problem(g, paper_topology(2, 1), q=2)
+    dt = prepare(p)
+    bound = float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.unit
+    assert bound == pytest.approx(sum(t), rel=1e-9)  # the longest path alone is 0.1 + 0.5 + 0.1 = 0.7
+    assert lip.LatencyIP().solve(p, EXACT).certificate.objective == pytest.approx(sum(t), rel=1e-6)
+
+
+def test_join_bound_lets_a_branch_run_elsewhere_when_that_pays():
+    """Cheap transfers and one slow branch node: the best placement computes it on the other
+    accelerator while the first runs the other branch. The join bound must not charge that node to
+    the join's call (the branch enters the call through its transfer instead)."""
+    t = [0.1, 0.1, 0.1, 1.0, 0.1, 0.1]
+    g = profiled_graph(FORK_JOINS["diamond"], [10.0] * 6, t, 0.01, size=1)
+    p = problem(g, paper_topology(2, 1), q=2)
+    dt = prepare(p)
+    best = min(ev.objective for ev in (evaluate(p, s) for s in placements(p)) if ev.feasible)
+    assert best < sum(t) - 0.1  # running node 3 apart pays (q = 2: the fork in a call of its own)
+    for v in range(6):
+        assert float(np.where(dt.allowed[v], dt.bounds.through[v], np.inf).min()) * dt.unit <= best * (1 + 1e-9)
+
+
 def test_bounds_see_memory_force_a_transfer():
     """A chain too big for one accelerator must be cut once, paying the cut's transfer at both
     ends: the bound says so, and equals the optimum (without memory it would be the bare chain)."""
