@@ -97,20 +97,16 @@ def _consumers_and_producers(n: int, val_prod, pair_val, pair_cons):
     return prod, by_cons, in_ptr, by_prod, out_ptr
 
 
-def _closures(n: int, prod: np.ndarray, cons: np.ndarray) -> tuple[list[int], list[int]]:
+def _closures(preds_of: list[list[int]]) -> tuple[list[int], list[int]]:
     """Ancestors and descendants of every node as Python-int bitsets (nodes in topological order)."""
-    preds: list[list[int]] = [[] for _ in range(n)]
-    succs: list[list[int]] = [[] for _ in range(n)]
-    for a, b in set(zip(prod.tolist(), cons.tolist(), strict=True)):
-        preds[b].append(a)
-        succs[a].append(b)
+    n = len(preds_of)
     anc, desc = [0] * n, [0] * n
     for v in range(n):
-        for p in preds[v]:
+        for p in preds_of[v]:
             anc[v] |= anc[p] | (1 << p)
     for v in range(n - 1, -1, -1):
-        for w in succs[v]:
-            desc[v] |= desc[w] | (1 << w)
+        for p in preds_of[v]:
+            desc[p] |= desc[v] | (1 << v)
     return anc, desc
 
 
@@ -237,10 +233,10 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
     send_acc = np.where(acc[None, :, None], send, 0.0)  # only accelerator calls pay to send
     in_call = acc[None, :, None]  # (1, D, 1): devices whose nodes share a call
     prod, by_cons, in_ptr, by_prod, out_ptr = _consumers_and_producers(n, val_prod, pair_val, pair_cons)
-    anc, desc = _closures(n, prod, pair_cons)
-    preds_of: list[list[int]] = [[] for _ in range(n)]
+    preds_of: list[list[int]] = [[] for _ in range(n)]  # distinct producers of each node, ascending
     for a, b in sorted(set(zip(prod.tolist(), pair_cons.tolist(), strict=True))):
         preds_of[b].append(a)
+    anc, desc = _closures(preds_of)
     # rmin[x, b]: the least a call on b pays to receive any value of x (from anywhere x may run)
     rmin = np.full((n, D), inf)
     if len(val_prod):
@@ -354,7 +350,7 @@ def add_bound_rows(m, dt, lin) -> None:
 
     def _finish(m, v):
         c, xv = terms(v, fin_lb)
-        if max(c) <= float(dt.lat_lb[v]) + 1e-12:
+        if max(c) <= float(dt.head[v]) + 1e-12:
             return pyo.Constraint.Skip
         return lin([1.0] + [-a for a in c], [m.lat[v]] + xv) >= 0
     m.finish_bound = pyo.Constraint(m.N, rule=_finish, doc="a node finishes no earlier than its device allows")

@@ -66,11 +66,6 @@ class LatencyData:
     lat_ub: np.ndarray | None = None  # (n,) upper bound on each node's finish time, model units
 
     @property
-    def lat_lb(self) -> np.ndarray:
-        """(n,) lower bound on each node's finish time wherever it runs (= ``head``)."""
-        return self.head
-
-    @property
     def num_units(self) -> int:
         return len(self.unit_dev)
 
