@@ -1,13 +1,40 @@
-"""Shared latency-IP test cases: random DAGs costed from bytes, and CPU + GPU clusters whose
-transfer charges depend on the link (NVLink inside a host, a network between hosts)."""
+"""Shared latency-IP test cases: latency problems, every placement of a small one, random DAGs
+costed from bytes, and CPU + GPU clusters whose transfer charges depend on the link (NVLink inside a
+host, a network between hosts)."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
 from planmap.cluster import Topology
+from planmap.problem import Certificate, Problem, Solution, Stage, Status
 from planmap.spec.models import ClusterBody
 from planmap.synthetic import profiled_graph, random_dag
+
+CERT = Certificate(Status.HEURISTIC, "enumeration")
+
+
+def problem(g, topo, q=1, **kw) -> Problem:
+    """A latency problem with at most ``q`` subgraphs per accelerator (contiguous when ``q`` = 1)."""
+    return Problem.from_graph(g, topo, objective="latency", max_subgraphs=q, contiguous=q == 1, **kw)
+
+
+def placements(p: Problem):
+    """Every placement of nodes on units (CPU devices, and q ordered subgraph slots per accelerator:
+    both orders of two subgraphs are different labelings; an empty slot before a used one is skipped,
+    as the same placement relabelled)."""
+    topo, q = p.topology, p.max_subgraphs
+    units = [(d, 0) for d in range(topo.num_devices) if topo.is_cpu[d]]
+    units += [(d, k) for d in range(topo.num_devices) if not topo.is_cpu[d] for k in range(q)]
+    choices = [[u for u, (d, _) in enumerate(units) if p.allowed[v, d]] for v in range(p.num_nodes)]
+    for lab in itertools.product(*choices):
+        used = sorted(set(lab))
+        if any(k > 0 and units.index((d, k - 1)) not in used for d, k in (units[u] for u in used)):
+            continue
+        idx = {u: i for i, u in enumerate(used)}
+        yield Solution(np.array([idx[u] for u in lab]), tuple(Stage((units[u][0],)) for u in used), CERT)
 
 
 def bytes_graph(n: int, seed: int, colocation=None):

@@ -4,7 +4,6 @@ and without the cuts and the presolve, and warm starts satisfy every added row (
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -15,19 +14,14 @@ pytest.importorskip("highspy")
 
 from planmap.cluster import Topology  # noqa: E402
 from planmap.evaluate import evaluate  # noqa: E402
-from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status  # noqa: E402
+from planmap.problem import Problem, Solution, SolveOptions, Status  # noqa: E402
 from planmap.solvers import latency_ip as lip  # noqa: E402
 from planmap.solvers._latency_cuts import memory_buckets  # noqa: E402
 from planmap.solvers._latency_data import prepare  # noqa: E402
 from planmap.synthetic import paper_topology, profiled_graph, random_dag  # noqa: E402
-from tests.solvers.latency_cases import bytes_graph, gpu_cluster  # noqa: E402
+from tests.solvers.latency_cases import CERT, bytes_graph, gpu_cluster, placements, problem  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
-CERT = Certificate(Status.HEURISTIC, "enumeration")
-
-
-def problem(g, topo, q=1) -> Problem:
-    return Problem.from_graph(g, topo, objective="latency", max_subgraphs=q, contiguous=q == 1)
 
 
 def instance(seed: int, n: int, q: int) -> Problem:
@@ -91,28 +85,12 @@ def violated_rows(m) -> list[str]:
     return bad
 
 
-def placements(p: Problem):
-    """Every placement on units (CPU devices, q ordered subgraph slots per accelerator)."""
-    topo, q = p.topology, p.max_subgraphs
-    units = [(d, 0) for d in range(topo.num_devices) if topo.is_cpu[d]]
-    units += [(d, k) for d in range(topo.num_devices) if not topo.is_cpu[d] for k in range(q)]
-    choices = [[u for u, (d, _) in enumerate(units) if p.allowed[v, d]] for v in range(p.num_nodes)]
-    for lab in itertools.product(*choices):
-        used = sorted(set(lab))
-        if any(k > 0 and units.index((d, k - 1)) not in used for d, k in (units[u] for u in used)):
-            continue
-        idx = {u: i for i, u in enumerate(used)}
-        yield Solution(np.array([idx[u] for u in lab]), tuple(Stage((units[u][0],)) for u in used), CERT)
-
-
 # ---------------------------------------------------------------- bounds hold on every placement
-@pytest.mark.parametrize("seed,n,q", [(0, 6, 1), (1, 6, 1), (2, 5, 2), (3, 6, 1), (4, 5, 2), (5, 5, 2),
-                                      (6, 5, 2), (7, 5, 2)])
-def test_time_bounds_hold_on_every_feasible_placement(seed, n, q):
-    p = instance(seed, n, q)
+def assert_bounds_hold_on_every_feasible_placement(p: Problem) -> None:
+    """Every time bound of ``prepare(p)`` against every feasible placement's times under evaluate."""
     dt = prepare(p)
     b, u = dt.bounds, dt.unit
-    nodes = np.arange(n)
+    nodes = np.arange(p.num_nodes)
     checked = 0
     for sol in placements(p):
         ev = evaluate(p, sol)
@@ -128,6 +106,12 @@ def test_time_bounds_hold_on_every_feasible_placement(seed, n, q):
         assert np.all(b.ef[nodes, dev] + b.tail[nodes, dev] <= T + tol)
         checked += 1
     assert checked >= 10  # the instance leaves room to check
+
+
+@pytest.mark.parametrize("seed,n,q", [(0, 6, 1), (1, 6, 1), (2, 5, 2), (3, 6, 1), (4, 5, 2), (5, 5, 2),
+                                      (6, 5, 2), (7, 5, 2)])
+def test_time_bounds_hold_on_every_feasible_placement(seed, n, q):
+    assert_bounds_hold_on_every_feasible_placement(instance(seed, n, q))
 
 
 FORK_JOINS = {
@@ -156,23 +140,7 @@ def fork_join_instance(shape: str, seed: int, q: int) -> Problem:
 
 @pytest.mark.parametrize("shape,seed,q", [(s, seed, q) for s in FORK_JOINS for seed, q in ((0, 1), (1, 1), (2, 2), (3, 2))])
 def test_join_bounds_hold_on_every_feasible_placement_of_branchy_graphs(shape, seed, q):
-    p = fork_join_instance(shape, seed, q)
-    dt = prepare(p)
-    b, u = dt.bounds, dt.unit
-    nodes = np.arange(p.num_nodes)
-    checked = 0
-    for sol in placements(p):
-        ev = evaluate(p, sol)
-        if not ev.feasible:
-            continue
-        dev = sol.node_device()
-        T, fin = ev.objective / u, ev.node_finish / u
-        tol = 1e-9 * T
-        assert np.all(b.finish[nodes, dev] <= fin + tol)
-        assert np.all(b.through[nodes, dev] <= T + tol)
-        assert np.all(b.ef[nodes, dev] + b.tail[nodes, dev] <= T + tol)
-        checked += 1
-    assert checked >= 10
+    assert_bounds_hold_on_every_feasible_placement(fork_join_instance(shape, seed, q))
 
 
 def test_join_bound_charges_both_branches_to_one_call():

@@ -3,7 +3,6 @@ independent transcription of the paper's model, and for its anytime guarantees (
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 from dataclasses import replace
@@ -17,39 +16,19 @@ pytest.importorskip("highspy")
 from planmap import solvers  # noqa: E402
 from planmap.errors import InfeasibleError, SolverUnavailableError  # noqa: E402
 from planmap.evaluate import evaluate  # noqa: E402
-from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status  # noqa: E402
+from planmap.problem import Problem, Solution, SolveOptions, Status  # noqa: E402
 from planmap.solve import solve as planmap_solve  # noqa: E402
 from planmap.solvers import latency_ip as lip  # noqa: E402
 from planmap.synthetic import paper_topology, random_dag  # noqa: E402
-from tests.solvers.latency_cases import bytes_graph, gpu_cluster  # noqa: E402
+from tests.solvers.latency_cases import bytes_graph, gpu_cluster, placements, problem  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
-CERT = Certificate(Status.HEURISTIC, "enumeration")
 
 
 # ------------------------------------------------------------------------------------ helpers
 def enumerate_optimum(p: Problem) -> float:
-    """Best feasible latency over every placement of nodes on units (CPU devices, and q ordered
-    subgraph slots per accelerator: both orders of two subgraphs are different labelings)."""
-    topo, q = p.topology, p.max_subgraphs
-    units = [(d, 0) for d in range(topo.num_devices) if topo.is_cpu[d]]
-    units += [(d, k) for d in range(topo.num_devices) if not topo.is_cpu[d] for k in range(q)]
-    choices = [[u for u, (d, _) in enumerate(units) if p.allowed[v, d]] for v in range(p.num_nodes)]
-    best = np.inf
-    for lab in itertools.product(*choices):
-        used = sorted(set(lab))
-        if any(k > 0 and units.index((d, k - 1)) not in used for d, k in (units[u] for u in used)):
-            continue  # an empty slot before a used one: the same as the relabelled placement
-        idx = {u: i for i, u in enumerate(used)}
-        sol = Solution(np.array([idx[u] for u in lab]), tuple(Stage((units[u][0],)) for u in used), CERT)
-        ev = evaluate(p, sol)
-        if ev.feasible:
-            best = min(best, ev.objective)
-    return best
-
-
-def problem(g, topo, q=1, **kw) -> Problem:
-    return Problem.from_graph(g, topo, objective="latency", max_subgraphs=q, contiguous=q == 1, **kw)
+    """Best feasible latency over every placement of nodes on units (:func:`placements`)."""
+    return min((ev.objective for ev in (evaluate(p, sol) for sol in placements(p)) if ev.feasible), default=np.inf)
 
 
 def check_against_enumeration(p: Problem) -> Solution:

@@ -14,7 +14,7 @@ from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.solvers._latency_splits import best_splits, split_dp, split_orders
 from planmap.synthetic import layered_dag, paper_topology, profiled_graph
-from tests.solvers.latency_cases import bytes_graph, gpu_cluster
+from tests.solvers.latency_cases import bytes_graph, gpu_cluster, problem
 
 CERT = Certificate(Status.HEURISTIC, "test")
 
@@ -26,10 +26,6 @@ def chain(n: int, seed: int):
     return profiled_graph([(i, i + 1) for i in range(n - 1)], acc * rng.uniform(3, 10, n), acc,
                           rng.uniform(0.2, 4.0, n) * 1e-3, size=(rng.uniform(1, 3, n) * 2**20).astype(np.int64),
                           name=f"chain{n}s{seed}")
-
-
-def problem(g, topo) -> Problem:
-    return Problem.from_graph(g, topo, objective="latency", max_subgraphs=1, contiguous=True)
 
 
 def enumerate_splits(p: Problem) -> float:
