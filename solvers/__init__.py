@@ -1,4 +1,12 @@
-"""Solvers: one module per method, found by name through this registry.
+"""Solvers, found by name through this registry.
+
+One subpackage per family — :mod:`.latency` (the latency IP), :mod:`.pipeline` (``dp``, PipeDream,
+the throughput IP), :mod:`.heuristics` (greedy, even/single, METIS, local search) — over a shared
+layer of public modules any solver may use: :mod:`.mip` (Pyomo and MIP backends), :mod:`.segments`
+(stages from a device assignment), :mod:`.repair` (valid assignments, last resorts) and
+:mod:`.node_memory`. :mod:`.ip` picks the latency or the throughput IP by objective. The shared
+layer imports neither a subpackage nor this registry, and the import graph has no cycle
+(tests/test_imports.py checks both).
 
 The registry maps names to ``"module:Class"`` strings and imports a solver only when it is asked
 for, so ``planmap validate`` never pays for pyomo or torch. Third-party solvers register through

@@ -5,7 +5,9 @@ plan may use: a latency plan allows at most ``q`` calls per accelerator, and a c
 one convex stage per device. Heuristics (METIS's parts, greedy fills, local-search perturbations)
 produce such assignments freely; :func:`repair` maps them to the closest valid one, so that every
 baseline hands :func:`planmap.evaluate.evaluate` a plan it can accept, and :func:`fallback` /
-:func:`best_effort` decide what a baseline answers when its own plan is still infeasible.
+:func:`best_effort` decide what a baseline answers when its own plan is still infeasible (the last
+resort being everything on one device, :func:`single_device`, which the ``single`` baseline is).
+:func:`follow_colocation` places the nodes a heuristic left undecided next to their partners.
 
 The repair keeps the assignment's execution order: its pieces (see :func:`.segments.split_pieces`)
 are laid out in sequence and consecutive runs of that sequence go to one device each, chosen by a
@@ -14,20 +16,20 @@ dynamic program that keeps as much work as possible where it was.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 
 import numpy as np
 
-from planmap.errors import PlanmapError
+from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import Evaluation, evaluate, nonconvex_units, quotient_order
 from planmap.problem import Certificate, Problem, Solution, SolveOptions
 
-from .heuristics.even import SingleDevice, follow_colocation
 from .node_memory import node_memory
 from .segments import forward_mask, solution_from_devices, split_pieces
 
-__all__ = ["contiguous_repair", "repair", "supported", "fallback", "best_effort"]
+__all__ = ["contiguous_repair", "repair", "supported", "follow_colocation", "single_device", "fallback", "best_effort"]
 
 _MAX_ELEMENTS = 2048  # contiguous_repair cuts pieces into at most about this many runs of nodes
 _MOVED_SHARE = 0.5  # contiguous_repair: value of work moved to another device, relative to work kept
@@ -256,18 +258,66 @@ def supported(problem: Problem, device_of: np.ndarray) -> np.ndarray:
     return device_of
 
 
+def follow_colocation(problem: Problem, device_of: np.ndarray, decided: np.ndarray) -> np.ndarray:
+    """Give undecided nodes the device of their colocation partner, else of their latest decided
+    predecessor (in topological order), else of their earliest decided successor."""
+    g = problem.graph
+    dev = device_of.copy()
+    cls = g.colocation
+    owner: dict[int, int] = {}
+    for i in np.flatnonzero(decided & (cls >= 0)).tolist():
+        owner.setdefault(int(cls[i]), int(dev[i]))
+    done = decided.copy()
+    for i in np.flatnonzero(~done).tolist():
+        c = int(cls[i])
+        if c >= 0 and c in owner:
+            dev[i] = owner[c]
+            done[i] = True
+    for i in range(g.num_nodes):
+        if not done[i]:
+            preds = [p for p in g.predecessors(i).tolist() if done[p]]
+            if preds:
+                dev[i] = dev[max(preds)]
+                done[i] = True
+    for i in range(g.num_nodes - 1, -1, -1):
+        if not done[i]:
+            succs = [s for s in g.successors(i).tolist() if done[s]]
+            dev[i] = dev[min(succs)] if succs else dev[i]
+            done[i] = True
+    return dev
+
+
+def single_device(problem: Problem, certificate: Certificate) -> tuple[Solution, Evaluation]:
+    """Everything on one accelerator (the ``single`` baseline, and :func:`fallback`'s last resort): the
+    fastest whose memory holds the whole model, else the fastest; a CPU only in a cluster without
+    accelerators. Raises InfeasibleError when no such device can run every operator."""
+    topo = problem.topology
+    best = None
+    candidates = list(topo.accelerators) if len(topo.accelerators) else list(topo.cpus)
+    for d in candidates:
+        if not problem.allowed[:, d].all():
+            continue
+        sol = Solution.from_devices(problem, np.full(problem.graph.num_nodes, d, np.int32), certificate,
+                                    schedule=problem.schedule if problem.objective == "throughput" else None,
+                                    microbatches=max(problem.microbatches, 1))
+        ev = evaluate(problem, sol)
+        key = (not ev.feasible, ev.objective)
+        if best is None or key < best[0]:
+            best = (key, sol, ev)
+    if best is None:
+        raise InfeasibleError(f"{problem.name}: no single device can run every operator")
+    _, sol, ev = best
+    return sol, ev
+
+
 def fallback(problem: Problem, sol: Solution, ev, certificate: Certificate, options):
     """For an infeasible ``sol``: the best of it, its repaired placement and everything on one device
     (as (Solution, Evaluation)); feasible ones first."""
     found = [(sol, ev)]
     fixed = solution_from_devices(problem, repair(problem, supported(problem, sol.node_device())), certificate)
     found.append((fixed, evaluate(problem, fixed)))
-    try:
-        single = SingleDevice().solve(problem, options)
-        single = Solution(single.assignment, single.stages, certificate, single.schedule, single.microbatches)
-        found.append((single, evaluate(problem, single)))
-    except PlanmapError:
-        pass
+    with contextlib.suppress(PlanmapError):  # no device runs every operator: no such candidate
+        found.append(single_device(problem, certificate))
     return min(found, key=lambda se: (not se[1].feasible, se[1].objective))
 
 

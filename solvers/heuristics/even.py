@@ -20,7 +20,9 @@ import numpy as np
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
-__all__ = ["EvenSplit", "SingleDevice", "even_split", "follow_colocation"]
+from ..repair import follow_colocation, single_device
+
+__all__ = ["EvenSplit", "SingleDevice", "even_split"]
 
 VERSION = "1"
 
@@ -32,35 +34,6 @@ def _pipeline_devices(problem: Problem) -> np.ndarray:
     if problem.max_stages is not None:
         k = min(k, problem.max_stages)
     return devs[: max(1, min(k, problem.graph.num_nodes))]
-
-
-def follow_colocation(problem: Problem, device_of: np.ndarray, decided: np.ndarray) -> np.ndarray:
-    """Give undecided nodes the device of their colocation partner, else of their latest decided
-    predecessor (in topological order), else of their earliest decided successor."""
-    g = problem.graph
-    dev = device_of.copy()
-    cls = g.colocation
-    owner: dict[int, int] = {}
-    for i in np.flatnonzero(decided & (cls >= 0)).tolist():
-        owner.setdefault(int(cls[i]), int(dev[i]))
-    done = decided.copy()
-    for i in np.flatnonzero(~done).tolist():
-        c = int(cls[i])
-        if c >= 0 and c in owner:
-            dev[i] = owner[c]
-            done[i] = True
-    for i in range(g.num_nodes):
-        if not done[i]:
-            preds = [p for p in g.predecessors(i).tolist() if done[p]]
-            if preds:
-                dev[i] = dev[max(preds)]
-                done[i] = True
-    for i in range(g.num_nodes - 1, -1, -1):
-        if not done[i]:
-            succs = [s for s in g.successors(i).tolist() if done[s]]
-            dev[i] = dev[min(succs)] if succs else dev[i]
-            done[i] = True
-    return dev
 
 
 def even_split(problem: Problem, devices: np.ndarray) -> np.ndarray:
@@ -125,28 +98,6 @@ class SingleDevice:
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
-        topo = problem.topology
-        best = None
-        candidates = list(topo.accelerators) if len(topo.accelerators) else list(topo.cpus)
-        for d in candidates:
-            if not problem.allowed[:, d].all():
-                continue
-            sol = Solution.from_devices(problem, np.full(problem.graph.num_nodes, d, np.int32),
-                                        Certificate(Status.HEURISTIC, self.name, version=VERSION),
-                                        schedule=problem.schedule if problem.objective == "throughput" else None,
-                                        microbatches=max(problem.microbatches, 1))
-            ev = evaluate(problem, sol)
-            key = (not ev.feasible, ev.objective)
-            if best is None or key < best[0]:
-                best = (key, sol, ev)
-        if best is None:
-            raise_infeasible(problem, "no single device can run every operator")
-        _, sol, ev = best
+        sol, ev = single_device(problem, Certificate(Status.HEURISTIC, self.name, version=VERSION))
         return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0)
-
-
-def raise_infeasible(problem: Problem, why: str):
-    from planmap.errors import InfeasibleError
-
-    raise InfeasibleError(f"{problem.name}: {why}")
 

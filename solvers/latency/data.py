@@ -1,31 +1,24 @@
-"""The numbers a latency IP is built from, and the placements it starts from.
+"""The numbers a latency IP is built from.
 
 :func:`prepare` turns a :class:`~planmap.problem.Problem` into numpy arrays in well-conditioned
 model time units (transfer charges per value and pair of devices exactly as
 :func:`planmap.evaluate.evaluate` charges them, min-time longest paths, memory terms, colocation
-pairs, interchangeable devices); :func:`best_baseline` asks the registry's baselines, the packed
-splits and the contiguous split DP (:mod:`.splits`) for the best feasible placement, the
-MIP's warm start and horizon.
+pairs, interchangeable devices). The placements the model starts from come from :mod:`.baselines`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from planmap.errors import PlanmapError, SolverUnavailableError
-from planmap.evaluate import evaluate
-from planmap.problem import Problem, Solution, SolveOptions
+from planmap.problem import Problem
 
 from .cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, reduce_allowed, time_bounds
-from .splits import best_splits
 
-__all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "best_baseline", "BASELINES",
-           "MEMORY_MARGIN"]
+__all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "MEMORY_MARGIN"]
 
-BASELINES = ("greedy", "local-search", "metis", "dp", "even", "single")
 MEMORY_MARGIN = 1e-6  # share of each device's memory kept free of backend tolerances
 
 
@@ -232,127 +225,3 @@ def charge_levels(charges: np.ndarray, where: np.ndarray) -> tuple[float | None,
     if np.all(c == c[0]):
         return float(c[0]), []
     return None, [(float(lv), where & (charges >= lv)) for lv in np.unique(c[c > 0])]
-
-
-# -------------------------------------------------------------------------------- baselines
-def _pack(problem: Problem, devices: np.ndarray, target: float) -> np.ndarray:
-    """Device of each node: topological order cut into consecutive pieces (convex by construction),
-    a new accelerator taking over when the current one is full or has ``target`` seconds of work;
-    what fits nowhere (or cannot run on accelerators) goes to the fastest allowed CPU."""
-    g, cost, topo = problem.graph, problem.cost, problem.topology
-    cap = problem.capacity
-    node_mem = g.state_bytes.astype(float) + (cost.stash_bytes if problem.mode == "training" else 0.0)
-    ws = cost.working_set.astype(float)
-    pv, pn = cost.param_use
-    params_of = [[] for _ in range(g.num_nodes)]
-    for p_, v in zip(pv.tolist(), pn.tolist(), strict=True):
-        params_of[v].append(p_)
-    pbytes = g.value_bytes.astype(float) * cost.param_factor
-    t = np.where(problem.allowed, cost.device_compute, np.inf)
-    cpus = topo.cpus
-    dev = np.full(g.num_nodes, -1, np.int64)
-    k, mem, wmax, load, held = 0, 0.0, 0.0, 0.0, set()
-    for v in range(g.num_nodes):
-        placed = False
-        while k < len(devices):
-            d = devices[k]
-            if problem.allowed[v, d]:
-                need = node_mem[v] + sum(pbytes[p_] for p_ in set(params_of[v]) - held) + max(0.0, ws[v] - wmax)
-                if mem + need <= cap[d] * (1 - 1e-6) and (load + t[v, d] <= target or load == 0.0):
-                    dev[v] = d
-                    mem, wmax, load = mem + need, max(wmax, ws[v]), load + t[v, d]
-                    held |= set(params_of[v])
-                    placed = True
-                    break
-                if load == 0.0 and mem == 0.0:
-                    break  # does not fit even an empty device: CPU
-                k, mem, wmax, load, held = k + 1, 0.0, 0.0, 0.0, set()
-                continue
-            break
-        if not placed:
-            ok = cpus[problem.allowed[v, cpus]] if len(cpus) else cpus
-            if len(ok) == 0:
-                return np.full(g.num_nodes, -1, np.int64)
-            dev[v] = int(ok[np.argmin(t[v, ok])])
-    cls = g.colocation
-    for c in np.unique(cls[cls >= 0]).tolist():  # a class goes where its heaviest member went
-        members = np.flatnonzero(cls == c)
-        dev[members] = dev[members[np.argmax(np.nan_to_num(cost.device_compute[members, dev[members]], posinf=0))]]
-    return dev
-
-
-def packed_splits(problem: Problem) -> list[Solution]:
-    """Memory-aware contiguous splits (what a person does for a model that barely fits): pack the
-    topological order onto as few accelerators as memory allows, and onto more with balanced work."""
-    from planmap.problem import Certificate, Status
-
-    topo = problem.topology
-    acc = topo.accelerators
-    if len(acc) == 0 or problem.num_nodes == 0:
-        return []
-    t = np.where(problem.allowed[:, acc], problem.cost.device_compute[:, acc], np.inf).min(axis=1)
-    total = float(t[np.isfinite(t)].sum())  # work of the nodes an accelerator can run
-    out = []
-    for k in [None, *range(1, len(acc) + 1)]:
-        target = math.inf if k is None else total / k * 1.02
-        dev = _pack(problem, acc, target)
-        if (dev < 0).any():
-            continue
-        out.append(Solution.from_devices(problem, dev, Certificate(Status.HEURISTIC, "packed split")))
-    return out
-
-
-def best_baseline(problem: Problem, options: SolveOptions, time_budget: float) -> tuple[Solution | None, str, list[str]]:
-    """The fastest feasible placement among ``options.warm_start`` and the registry's baselines
-    (those installed; the throughput DP's max-load split counts as a latency placement too)."""
-    from planmap import solvers
-
-    notes: list[str] = []
-    best: tuple[float, Solution, str] | None = None
-
-    def consider(sol: Solution | None, name: str) -> None:
-        nonlocal best
-        if sol is None:
-            return
-        ev = evaluate(problem, sol)
-        if not ev.feasible:
-            notes.append(f"{name}: infeasible ({ev.violations[0]})")
-            return
-        if best is None or ev.objective < best[0]:
-            best = (ev.objective, sol, name)
-
-    if options.warm_start is not None:
-        consider(options.warm_start, "given warm start")
-    for sol in packed_splits(problem):
-        consider(sol, "packed split")
-    for sol in best_splits(problem):
-        consider(sol, "contiguous split DP")
-    base_opts = replace(options, time_limit=max(1.0, min(30.0, 0.1 * time_budget)), warm_start=None, progress=None)
-    for name in BASELINES:
-        try:
-            solver = solvers.get(name)
-        except SolverUnavailableError:
-            notes.append(f"{name}: not available")
-            continue
-        target = problem if problem.objective in solver.objectives else None
-        if target is None and name == "dp" and "throughput" in solver.objectives:
-            target = replace(problem, objective="throughput", contiguous=True, replication=False)
-        if target is None:
-            continue
-        try:
-            sol = solver.solve(target, base_opts)
-        except KeyboardInterrupt:  # Ctrl-C: keep what the baselines found so far
-            notes.append(f"interrupted during {name}")
-            break
-        except PlanmapError as e:
-            notes.append(f"{name}: {e}")
-            continue
-        except Exception as e:  # a baseline's bug must not take the exact solver down with it
-            notes.append(f"{name}: failed ({type(e).__name__}: {e})")
-            continue
-        if any(s.replicas != 1 for s in sol.stages):
-            continue
-        consider(Solution(sol.assignment, sol.stages, sol.certificate), name)
-    if best is None:
-        return None, "", notes
-    return best[1], best[2], notes

@@ -33,8 +33,8 @@ to every op.
 
 ``build_model`` → ``load_warm_start`` → ``solve`` → ``extract``; :class:`LatencyIP` runs them, then
 improves the incumbent by large-neighbourhood search (:mod:`.search`) when the time limit
-stops the full MIP. The model's data and the warm start's baselines come from :mod:`.data`;
-the certificate's fields from :mod:`.report`.
+stops the full MIP. The model's data come from :mod:`.data`, the warm start's baselines from
+:mod:`.baselines`, the placement read back from :mod:`.extract`, the certificate's fields from :mod:`.report`.
 """
 
 from __future__ import annotations
@@ -47,21 +47,15 @@ import numpy as np
 
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
-from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status
+from planmap.problem import Problem, Solution, SolveOptions, Status
 
 from .. import mip
+from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
-from .data import (
-    BASELINES,
-    MEMORY_MARGIN,
-    LatencyData,
-    best_baseline,
-    charge_levels,
-    interchangeable_devices,
-    prepare,
-)
-from .report import NAME, VERSION, _certificate_fields, _interrupted
-from .search import neighbourhood_search, unit_of
+from .data import MEMORY_MARGIN, LatencyData, charge_levels, interchangeable_devices, prepare
+from .extract import extract
+from .report import NAME, _certificate_fields, _interrupted
+from .search import neighbourhood_search
 from .start import canonical, load_warm_start
 
 __all__ = ["LatencyIP", "LatencyData", "prepare", "build_model", "load_warm_start", "canonical", "solve", "extract",
@@ -402,34 +396,10 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     return m
 
 
-# ------------------------------------------------------------------------------ solve/extract
+# -------------------------------------------------------------------------------------- solve
 def solve(model, options: SolveOptions, *, warm_start: bool = False) -> mip.MipResult:
     """Run the backend of ``options`` on ``model``; objective values come back in seconds."""
     return mip.solve_model(model, options, warm_start=warm_start, scale=model.time_unit)
-
-
-def extract(model, problem: Problem) -> Solution:
-    """The placement held by ``model``'s variables: one stage per used subgraph slot (in start-time
-    order, slot order on each device) and one per used CPU device."""
-    dt: LatencyData = model.data
-    n, S, U = dt.n, dt.num_slots, dt.num_units
-    unit_of_node = unit_of(model)
-    used = np.unique(unit_of_node)
-    ud = dt.unit_dev
-    lat = np.array([model.lat[v].value or 0.0 for v in range(n)])
-
-    def key(w: int):
-        if w < S:
-            return (round(float(model.start[w].value or 0.0), 9), int(ud[w]), int(dt.slot_pos[w]))
-        members = np.flatnonzero(unit_of_node == w)
-        first = float(min(lat[v] - dt.t[v, ud[w]] for v in members))
-        return (round(first, 9), int(ud[w]), 0)
-
-    order = sorted(used.tolist(), key=key)
-    stage_of_unit = np.full(U, -1, np.int64)
-    stage_of_unit[order] = np.arange(len(order))
-    return Solution(stage_of_unit[unit_of_node], tuple(Stage((int(ud[w]),)) for w in order),
-                    Certificate(Status.HEURISTIC, LatencyIP.name, version=VERSION))
 
 
 # ----------------------------------------------------------------------------------- solver

@@ -18,8 +18,10 @@ from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
 
 from .data import LatencyData
+from .extract import extract, unit_of
+from .start import load_warm_start
 
-__all__ = ["neighbourhood_search", "unit_of"]
+__all__ = ["neighbourhood_search"]
 
 
 def _neighbourhood(dt: LatencyData, unit_of: np.ndarray, r: int) -> np.ndarray:
@@ -46,8 +48,6 @@ def neighbourhood_search(session, model, problem: Problem, incumbent: Solution, 
     """Improve ``incumbent`` until the time limit by re-solving the MIP with most nodes fixed where
     they are (large-neighbourhood search). Sub-MIP bounds are not global bounds: progress reports
     keep the full MIP's ``bound``."""
-    from .ip import extract, load_warm_start
-
     dt: LatencyData = model.data
     x_of = [[] for _ in range(dt.n)]
     for (v, _), var in model.x.items():
@@ -86,12 +86,3 @@ def neighbourhood_search(session, model, problem: Problem, incumbent: Solution, 
         if res.interrupted:
             return best, f"neighbourhood search: {improved} improvement(s) in {rounds} round(s), interrupted", True
     return best, f"neighbourhood search: {improved} improvement(s) in {rounds} round(s)", False
-
-
-def unit_of(model) -> np.ndarray:
-    """Unit of each node in the model's current values (the largest x of the node)."""
-    dt: LatencyData = model.data
-    val = np.full((dt.n, dt.num_units), -1.0)
-    for (v, w), var in model.x.items():
-        val[v, w] = var.value if var.value is not None else 0.0
-    return val.argmax(axis=1)

@@ -30,64 +30,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
-
-import numpy as np
 
 from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
-from .engine import DPTimeout, PipelineDP, to_solution
-from .ideals import enumerate_ideals
-from .stage_costs import StageCosts
-from .stage_units import DeviceClasses, NonUniformCharges, build_units, device_classes
+from .engine import DPTimeout, to_solution
+from .prepare import DEFAULT_MAX_IDEALS, PreparedDP, prepare
+from .stage_units import NonUniformCharges
 
 __all__ = ["ThroughputDP", "PreparedDP", "prepare", "incumbents", "threshold_ladder"]
 
 VERSION = "1"
-DEFAULT_MAX_IDEALS = 250_000
 DEFAULT_LADDER = (0.3, 0.6)
-
-
-@dataclass(frozen=True, eq=False)
-class PreparedDP:
-    """Everything the DP needs, built once: units in DP order, ideals, stage-cost tables, engine."""
-
-    unit_of: np.ndarray  # (n,) unit of each node, in DP order (reversed pipeline order)
-    num_units: int
-    bits: np.ndarray
-    classes: DeviceClasses
-    costs: StageCosts
-    engine: PipelineDP
-
-    @property
-    def num_ideals(self) -> int:
-        return len(self.bits)
-
-
-def prepare(problem: Problem, max_ideals: int = DEFAULT_MAX_IDEALS, bits: np.ndarray | None = None,
-            unit_of: np.ndarray | None = None, num_units: int | None = None) -> PreparedDP:
-    """Units, ideals (of the reversed contiguity graph: the DP places the last stage first) and tables.
-
-    ``bits``/``unit_of``/``num_units`` replace the ideal family (PipeDream passes the prefixes of a
-    layer chain)."""
-    classes = device_classes(problem)
-    if bits is None:
-        units = build_units(problem)
-        U = units.num_units
-        unit_of = (U - 1 - units.unit_of).astype(np.int64)
-        rev = (U - 1 - units.edges[:, ::-1]) if len(units.edges) else units.edges
-        bits = enumerate_ideals(U, rev, max_ideals)
-        num_units = U
-    level = _popcount(bits)
-    costs = StageCosts(problem, unit_of, num_units, classes, bits)
-    return PreparedDP(unit_of, num_units, bits, classes, costs, PipelineDP(problem, classes, costs, level))
-
-
-def _popcount(bits: np.ndarray) -> np.ndarray:
-    b = np.ascontiguousarray(bits).view(np.uint8).reshape(len(bits), -1)
-    return np.unpackbits(b, axis=1).sum(axis=1).astype(np.int64)
 
 
 def threshold_ladder(lb: float, ub: float, fractions=DEFAULT_LADDER) -> list[float]:

@@ -32,6 +32,7 @@ from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
 from .engine import to_solution
 from .ideals import pack
+from .prepare import prepare
 from .stage_units import Units, build_units
 
 __all__ = ["PipeDream", "layer_chain", "chain_ideals"]
@@ -146,8 +147,6 @@ class PipeDream:
     objectives = frozenset({"throughput"})
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
-        from .dp import prepare
-
         t0 = time.perf_counter()
         if problem.objective != "throughput":
             raise SolverUnavailableError("solver 'pipedream' plans pipelines (objective throughput)")

@@ -298,7 +298,7 @@ def test_registry_ip_throughput_without_the_throughput_ip_is_a_clean_error():
 
 
 def test_packed_splits_are_feasible_contiguous_starts_under_tight_memory():
-    from planmap.solvers.latency.data import packed_splits
+    from planmap.solvers.latency.baselines import packed_splits
     from planmap.synthetic_nets import bert, net_topology
 
     g = bert(2)
