@@ -74,7 +74,7 @@ def synthetic_instances(scale: bool, fill: float | None = None) -> list[tuple[st
 def spec_instances(notes: list[str]) -> list[tuple[str, Problem]]:
     """The example specs whose model is an inference artifact, solved for latency (needs the front end)."""
     try:
-        from planmap.problem import build_problem
+        from planmap.assemble import build_problem
         from planmap.spec.loader import load_spec
     except ImportError as e:  # pragma: no cover - front end not installed
         notes.append(f"example specs skipped: {e}")

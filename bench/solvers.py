@@ -80,7 +80,7 @@ def spec_workloads() -> tuple[list[Workload], str]:
 
     if not hasattr(frontend, "load_model"):
         return [], "example specs skipped: planmap.frontend.load_model is not available yet"
-    from planmap.problem import build_problem
+    from planmap.assemble import build_problem
     from planmap.spec import load_spec
 
     out = []

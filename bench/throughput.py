@@ -187,7 +187,7 @@ def dp_scaling(args) -> None:
 
 def spec_instances(args, dp_cache) -> list[dict]:
     from planmap import frontend
-    from planmap.problem import build_problem
+    from planmap.assemble import build_problem
     from planmap.spec import load_spec
 
     rows = []

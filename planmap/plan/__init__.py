@@ -143,8 +143,8 @@ class CheckReport:
 def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     """Check a plan: inputs unchanged, decisions feasible, predictions re-derivable from the decisions
     (a hand edit shows up here), and with ``resolve`` that solving the spec again gives the same bytes."""
+    from planmap.assemble import build_problem
     from planmap.evaluate import evaluate
-    from planmap.problem import build_problem
     from planmap.spec import load_spec
 
     path = Path(path)
