@@ -1,5 +1,5 @@
 """Latency placement benchmark: the latency IP against the baselines, on BERT-, ResNet-, GNMT- and
-Inception-shaped profiled graphs (planmap.synthetic_nets) and the example specs.
+Inception-shaped profiled graphs (planmap.workloads.nets) and the example specs.
 
 For each instance it prints the IP's latency, best bound, gap and solve time, the time it took to
 get within 2% of its final value, the best contiguous placement (the IP with q = 1), and the
@@ -28,7 +28,7 @@ from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
 from planmap.solvers._latency_splits import best_splits
 from planmap.solvers.latency_ip import LatencyIP
-from planmap.synthetic_nets import bert, gnmt, inception_v3, net_topology, resnet50
+from planmap.workloads.nets import bert, gnmt, inception_v3, net_topology, resnet50
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

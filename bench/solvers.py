@@ -27,8 +27,8 @@ import numpy as np
 from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.problem import Problem, SolveOptions
 from planmap.solve import solve
-from planmap.synthetic import layered_dag, paper_topology, random_dag
 from planmap.units import format_bytes, format_duration
+from planmap.workloads.graphs import layered_dag, paper_topology, random_dag
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLVERS = ["even", "single", "greedy", "metis", "local-search"]

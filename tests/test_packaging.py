@@ -21,7 +21,7 @@ def test_wheel_installs_and_imports_mapped_packages(root, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                     str(wheel)], check=True)
-    code = ("import planmap, planmap.solvers, planmap.runtime, planmap.spec, planmap.cli;"
+    code = ("import planmap, planmap.solvers, planmap.runtime, planmap.spec, planmap.cli, planmap.workloads.nets;"
             "print(planmap.__file__); print(planmap.solvers.__file__); print(planmap.runtime.__file__)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}).stdout.split()
