@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planmap.errors import InputError, StalePlanError
-from planmap.export import write_atomic
-from planmap.plan.build import make_plan, ns, sha256_file, to_solution
+from planmap.io import sha256_file, write_atomic
+from planmap.plan.build import make_plan, ns, to_solution
 from planmap.plan.document import FORMAT_VERSION, PlanDocument, parse, render
 
 __all__ = [
