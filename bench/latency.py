@@ -1,5 +1,5 @@
 """Latency placement benchmark: the latency IP against the baselines, on BERT-, ResNet-, GNMT- and
-Inception-shaped profiled graphs (planmap.synthetic_nets) and the example specs.
+Inception-shaped profiled graphs (planmap.workloads.nets) and the example specs.
 
 For each instance it prints the IP's latency, best bound, gap and solve time, the time it took to
 get within 2% of its final value, the best contiguous placement (the IP with q = 1), and the
@@ -28,7 +28,7 @@ from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
 from planmap.solvers.latency.ip import LatencyIP
 from planmap.solvers.latency.splits import best_splits
-from planmap.synthetic_nets import bert, gnmt, inception_v3, net_topology, resnet50
+from planmap.workloads.nets import bert, gnmt, inception_v3, net_topology, resnet50
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -74,7 +74,7 @@ def synthetic_instances(scale: bool, fill: float | None = None) -> list[tuple[st
 def spec_instances(notes: list[str]) -> list[tuple[str, Problem]]:
     """The example specs whose model is an inference artifact, solved for latency (needs the front end)."""
     try:
-        from planmap.problem import build_problem
+        from planmap.assemble import build_problem
         from planmap.spec.loader import load_spec
     except ImportError as e:  # pragma: no cover - front end not installed
         notes.append(f"example specs skipped: {e}")

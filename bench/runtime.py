@@ -47,8 +47,8 @@ def _megatron(names: list[str]) -> dict[int, list]:
 
 
 def hand_plans(model: str, train: bool, out: Path) -> list[tuple[str, Path]]:
+    from planmap.plan.manual import device_names, stage, write_plan
     from planmap.runtime.artifact import Artifact
-    from planmap.runtime.manual import device_names, stage, write_plan
 
     artifact = MODELS / f"{model}{'_train' if train else ''}.mlir"
     art = Artifact.from_file(artifact)

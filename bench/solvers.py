@@ -27,8 +27,8 @@ import numpy as np
 from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.problem import Problem, SolveOptions
 from planmap.solve import solve
-from planmap.synthetic import layered_dag, paper_topology, random_dag
 from planmap.units import format_bytes, format_duration
+from planmap.workloads.graphs import layered_dag, paper_topology, random_dag
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLVERS = ["even", "single", "greedy", "metis", "local-search"]
@@ -80,7 +80,7 @@ def spec_workloads() -> tuple[list[Workload], str]:
 
     if not hasattr(frontend, "load_model"):
         return [], "example specs skipped: planmap.frontend.load_model is not available yet"
-    from planmap.problem import build_problem
+    from planmap.assemble import build_problem
     from planmap.spec import load_spec
 
     out = []

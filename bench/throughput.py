@@ -32,8 +32,8 @@ from planmap import solvers
 from planmap.errors import PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
-from planmap.synthetic import paper_topology
-from planmap.synthetic_pipelines import tight_memory, workload
+from planmap.workloads.graphs import paper_topology
+from planmap.workloads.pipelines import tight_memory, workload
 
 BASELINES = ("single", "even", "greedy", "metis", "local-search", "pipedream")
 WORKLOADS = ("gnmt-layers", "resnet50-layers", "bert12-ops", "inception-layers")
@@ -187,7 +187,7 @@ def dp_scaling(args) -> None:
 
 def spec_instances(args, dp_cache) -> list[dict]:
     from planmap import frontend
-    from planmap.problem import build_problem
+    from planmap.assemble import build_problem
     from planmap.spec import load_spec
 
     rows = []

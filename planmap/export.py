@@ -15,36 +15,14 @@ so that an artifact exported on two machines is byte-identical.
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["jax", "write_atomic", "ARTIFACT_SUFFIXES"]
+from planmap.io import write_atomic
+
+__all__ = ["jax", "ARTIFACT_SUFFIXES"]
 
 ARTIFACT_SUFFIXES = {".mlir": "stablehlo", ".vhlo": "vhlo", ".mlirbc": "vhlo", ".jaxexport": "exported"}
-
-
-def write_atomic(path: str | Path, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` through a temporary file and a rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a plan is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 @contextlib.contextmanager

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from planmap.errors import InputError
+
 __all__ = ["TensorType", "DimRoles", "Arg", "OpGraph", "GraphError", "topological_order"]
 
 
@@ -32,9 +34,23 @@ class GraphError(ValueError):
     """An OpGraph was constructed from inconsistent arrays (a bug in a front end, not user input)."""
 
 
+# MLIR element type -> numpy dtype name (ml_dtypes supplies bfloat16 and the float8 types)
+_NP_DTYPES = {
+    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
+    "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
+    "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2",
+    "complex<f32>": "complex64", "complex<f64>": "complex128",
+}
+
+
 @dataclass(frozen=True)
 class TensorType:
-    """Shape and element type of one tensor (dtype in MLIR spelling: f32, bf16, i32, i1, ...)."""
+    """Shape and element type of one tensor (dtype in MLIR spelling: f32, bf16, i32, i1, ...).
+
+    The front end's graphs and the runtime's view of an artifact share this type; the runtime
+    allocates and checks arrays with :attr:`np_dtype`.
+    """
 
     shape: tuple[int, ...]
     dtype: str
@@ -42,6 +58,19 @@ class TensorType:
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        """The numpy dtype of the element type; InputError when numpy has none (e.g. a token)."""
+        import ml_dtypes
+
+        name = _NP_DTYPES.get(self.dtype)
+        if name is None:
+            raise InputError(f"the artifact uses element type {self.dtype}, which the runtime cannot map to a "
+                             "numpy dtype")
+        if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+            return np.dtype(getattr(ml_dtypes, name))
+        return np.dtype(name)
 
     def __str__(self) -> str:
         return f"tensor<{'x'.join(map(str, self.shape))}{'x' if self.shape else ''}{self.dtype}>"

@@ -11,7 +11,7 @@ import importlib
 import json
 from pathlib import Path
 
-from planmap.export import write_atomic
+from planmap.io import write_atomic
 
 __all__ = ["SCHEMAS", "generate", "render", "write_all", "stale"]
 

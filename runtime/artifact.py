@@ -17,50 +17,11 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from planmap.errors import InputError
+from planmap.frontend.stablehlo import entry_ops
+from planmap.graph import TensorType
 
-__all__ = ["Artifact", "TensorType", "make_context", "entry_function", "canonical_text", "np_dtype"]
-
-_DTYPES = {
-    "f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16",
-    "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
-    "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2",
-    "complex<f32>": "complex64", "complex<f64>": "complex128",
-}
-
-
-def np_dtype(mlir_type: str) -> np.dtype:
-    """numpy dtype of an MLIR element type (``f32``, ``bf16``, ``i32`` ...)."""
-    import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 with numpy)
-
-    name = _DTYPES.get(mlir_type)
-    if name is None:
-        raise InputError(f"the artifact uses element type {mlir_type}, which the runtime cannot map to a numpy dtype")
-    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-        return np.dtype(getattr(ml_dtypes, name))
-    return np.dtype(name)
-
-
-@dataclass(frozen=True)
-class TensorType:
-    """Static shape and dtype of an argument or result."""
-
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-    def __str__(self) -> str:
-        return f"{self.dtype.name}[{','.join(map(str, self.shape))}]"
+__all__ = ["Artifact", "make_context", "entry_function", "canonical_text"]
 
 
 def make_context():
@@ -86,7 +47,9 @@ def _tensor_type(t) -> TensorType:
         raise InputError(f"the runtime needs ranked tensor arguments and results, but the artifact has {t}")
     if any(d < 0 for d in t.shape):
         raise InputError(f"the runtime needs static shapes, but the artifact has {t}; export with concrete shapes")
-    return TensorType(tuple(int(d) for d in t.shape), np_dtype(str(t.element_type)))
+    tensor = TensorType(tuple(int(d) for d in t.shape), str(t.element_type))
+    _ = tensor.np_dtype  # the runtime allocates every argument and cut value: fail here when numpy cannot
+    return tensor
 
 
 def _loc_name(loc) -> str:
@@ -170,7 +133,7 @@ class Artifact:
                 if "jax.result_info" in d:
                     name = ir.StringAttr(d["jax.result_info"]).value or name
             res_names.append(name)
-        n_ops = sum(1 for op in block.operations if op.operation.name != "func.return")
+        n_ops = sum(1 for _ in entry_ops(block))
         return cls(text=module.operation.get_asm(enable_debug_info=True), in_types=tuple(_tensor_type(t) for t in ftype.inputs),
                    out_types=tuple(_tensor_type(t) for t in ftype.results), arg_names=arg_names,
                    result_names=tuple(res_names), n_ops=n_ops, path=path)

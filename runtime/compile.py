@@ -74,7 +74,7 @@ def compile_segment(artifact: Artifact, graph: EntryGraph, cut: SegmentCut, stag
     in_shardings = tuple(NamedSharding(mesh.mesh, P(*s)) for s in in_specs)
     out_shardings = tuple(None if s is None else NamedSharding(mesh.mesh, P(*s)) for s in out_specs)
     jitted = jax.jit(exported.call, in_shardings=in_shardings, out_shardings=out_shardings)
-    compiled = jitted.lower(*[jax.ShapeDtypeStruct(t.shape, t.dtype, sharding=s)
+    compiled = jitted.lower(*[jax.ShapeDtypeStruct(t.shape, t.np_dtype, sharding=s)
                               for t, s in zip(in_types, in_shardings, strict=True)]).compile()
     return CompiledSegment(stage=stage, cut=cut, mesh=mesh, in_specs=in_specs, in_shardings=in_shardings,
                            out_shardings=tuple(compiled.output_shardings), fn=compiled,

@@ -224,7 +224,7 @@ class Executable:
                              f"but got {len(args)}")
         out = []
         for i, x in enumerate(args):
-            want_shape, want = self.expected_shape(i), self.artifact.in_types[i].dtype
+            want_shape, want = self.expected_shape(i), self.artifact.in_types[i].np_dtype
             if not isinstance(x, jax.Array):
                 x = np.asarray(x)
                 if x.dtype != want and x.shape == want_shape:

@@ -75,19 +75,20 @@ def random_inputs(executable, seed: int = 0) -> list[np.ndarray]:
     out = []
     for i, t in enumerate(art.in_types):
         shape = executable.expected_shape(i)
-        kind = t.dtype.kind
-        if kind == "f" or t.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        dtype = t.np_dtype
+        kind = dtype.kind
+        if kind == "f" or dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
             scale = 1.0 if i in executable.data_args else 1.0 / np.sqrt(_fan_in(shape))
-            out.append((rng.standard_normal(shape) * scale).astype(t.dtype))
+            out.append((rng.standard_normal(shape) * scale).astype(dtype))
         elif kind in "iu":
             high = index_bound(art, i) or DEFAULT_INDEX_BOUND
-            out.append(rng.integers(0, high, size=shape).astype(t.dtype))
+            out.append(rng.integers(0, high, size=shape).astype(dtype))
         elif kind == "b":
             out.append(rng.random(shape) < 0.5)
         elif kind == "c":
-            out.append((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(t.dtype))
+            out.append((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype))
         else:
-            raise InputError(f"cannot make random values of {t.dtype} for argument {i}; pass --inputs")
+            raise InputError(f"cannot make random values of {dtype} for argument {i}; pass --inputs")
     return out
 
 

@@ -1,7 +1,8 @@
 """Use-def structure of ``@main``'s top-level ops, in the plan's numbering.
 
-A plan names ops by their position in the entry function's body (``func.return`` excluded,
-constants included); values are named here by :data:`Ref` = ``(op id, result number)``, with op id
+A plan names ops by their position in the entry function's body, numbered as the front end numbers
+them (:func:`planmap.frontend.stablehlo.entry_ops`: ``func.return`` excluded, constants included);
+values are named here by :data:`Ref` = ``(op id, result number)``, with op id
 ``ARG`` (-1) for the entry function's arguments. Uses inside nested regions (``while`` bodies,
 ``case`` branches) count as uses by the top-level op that holds the region, because a stage runs a
 region-holding op whole.
@@ -13,17 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planmap.runtime.artifact import Artifact, TensorType, _tensor_type, entry_function, make_context
+from planmap.frontend.stablehlo import entry_return, top_level_ops
+from planmap.graph import TensorType
+from planmap.runtime.artifact import Artifact, _tensor_type, entry_function, make_context
 
-__all__ = ["ARG", "Ref", "EntryGraph", "top_level_ops"]
+__all__ = ["ARG", "Ref", "EntryGraph"]
 
 ARG = -1
 Ref = tuple[int, int]
-
-
-def top_level_ops(main) -> list:
-    """The ops of ``main``'s body in order, without the terminator."""
-    return [op.operation for op in main.regions[0].blocks[0].operations if op.operation.name != "func.return"]
 
 
 def _collect_uses(op, index: dict, block, out: list[Ref], seen: set[Ref]) -> None:
@@ -76,9 +74,8 @@ class EntryGraph:
                 _collect_uses(op, index, block, uses, set())
                 operands.append(tuple(uses))
                 results.append(tuple(_maybe_tensor(r.type) for r in op.results))
-            ret = next(op.operation for op in block.operations if op.operation.name == "func.return")
             returns: list[Ref] = []
-            for v in ret.operands:
+            for v in entry_return(block).operands:
                 from jax.extend.mlir import ir
 
                 if isinstance(v, ir.OpResult):

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.frontend.stablehlo import entry_return, top_level_ops
 from planmap.runtime.artifact import Artifact, entry_function
-from planmap.runtime.ir_graph import ARG, EntryGraph, Ref, top_level_ops
+from planmap.runtime.ir_graph import ARG, EntryGraph, Ref
 
 __all__ = ["CHEAP_OPS", "SegmentCut", "recomputable", "plan_cuts", "build_module"]
 
@@ -111,8 +112,7 @@ def build_module(artifact: Artifact, cut: SegmentCut, ctx):
             value = ops[o].results[r]
             value.replace_all_uses_with(block.add_argument(value.type, ir.Location.unknown()))
         out_values = [ops[o].results[r] for o, r in cut.outputs]  # outputs are results of own ops
-        terminator = next(op.operation for op in block.operations if op.operation.name == "func.return")
-        terminator.erase()
+        entry_return(block).erase()
         with ir.InsertionPoint(block):
             func.ReturnOp(out_values)
         for i in reversed(range(len(ops))):

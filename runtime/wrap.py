@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planmap.runtime.artifact import TensorType
+from planmap.graph import TensorType
 
 __all__ = ["to_exported"]
 
@@ -37,8 +37,8 @@ def to_exported(module, ctx, in_types: Sequence[TensorType], out_types: Sequence
         target = stablehlo.get_version_from_compatibility_requirement(
             stablehlo.StablehloCompatibilityRequirement.WEEK_4)
         blob = jmlir.serialize_portable_artifact(clone, target, True)
-    in_avals = tuple(jax.core.ShapedArray(t.shape, t.dtype) for t in in_types)
-    out_avals = tuple(jax.core.ShapedArray(t.shape, t.dtype) for t in out_types)
+    in_avals = tuple(jax.core.ShapedArray(t.shape, t.np_dtype) for t in in_types)
+    out_avals = tuple(jax.core.ShapedArray(t.shape, t.np_dtype) for t in out_types)
     n_in, n_out = len(in_avals), len(out_avals)
     return export.Exported(
         fun_name=name, in_tree=tree_util.tree_structure(((0,) * n_in, {})), in_avals=in_avals,

@@ -23,7 +23,8 @@ def test_wheel_installs_and_imports_mapped_packages(root, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                     str(wheel)], check=True)
-    code = ("import planmap, planmap.solvers, planmap.runtime, planmap.spec, planmap.cli, planmap.solvers.pipeline.dp;"
+    code = ("import planmap, planmap.solvers, planmap.runtime, planmap.spec, planmap.cli, planmap.solvers.pipeline.dp,"
+            " planmap.workloads.nets;"
             "print(planmap.__file__); print(planmap.solvers.__file__); print(planmap.runtime.__file__);"
             "print(planmap.solvers.pipeline.dp.__file__)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path,

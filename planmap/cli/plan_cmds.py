@@ -85,7 +85,8 @@ def solve(
 ) -> None:
     """Solve a spec and write its plan. Nothing is written when the problem is infeasible or the solve fails."""
     from planmap import plan as plan_mod
-    from planmap.problem import SolveOptions, build_problem
+    from planmap.assemble import build_problem
+    from planmap.problem import SolveOptions
     from planmap.solve import solve as run_solve
     from planmap.spec import load_spec
     from planmap.units import parse_duration
@@ -208,8 +209,8 @@ def explain(
 ) -> None:
     """Describe a plan: stages, devices, loads, memory, certificate; optionally as a picture."""
     from planmap import plan as plan_mod
+    from planmap.assemble import build_problem
     from planmap.evaluate import evaluate
-    from planmap.problem import build_problem
     from planmap.spec import load_spec
 
     loaded = plan_mod.load(plan)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,7 @@ from planmap.frontend.shardings import collect_shardings
 from planmap.frontend.tensors import TypeInfo, TypeTable
 from planmap.graph import Arg, DimRoles, OpGraph, TensorType
 
-__all__ = ["build_graph", "location_name"]
+__all__ = ["build_graph", "location_name", "entry_ops", "entry_return", "top_level_ops"]
 
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
@@ -152,6 +153,35 @@ class _Coster:
         if cost.unknown:
             self.unknown[cost.unknown] += 1
         return cost
+
+
+_TERMINATORS = frozenset({"func.return", "stablehlo.return"})
+
+
+def entry_ops(block: Any) -> Iterator[tuple[Any, str]]:
+    """``(operation, name)`` of each op of an entry function's body, in the plan's numbering.
+
+    Op ``i`` is the ``i``-th operation of the block, constants included, the terminator excluded.
+    The front end's nodes and the runtime's op ids both come from here, so a plan's op ranges name
+    the same ops for both.
+    """
+    for opv in block.operations:
+        op = opv.operation
+        name = op.name
+        if name not in _TERMINATORS:
+            yield op, name
+
+
+def entry_return(block: Any) -> Any:
+    """The terminator of an entry function's body (its operands are the function's results), or None."""
+    ops = block.operations
+    last = ops[len(ops) - 1].operation if len(ops) else None
+    return last if last is not None and last.name in _TERMINATORS else None
+
+
+def top_level_ops(fn: Any) -> list:
+    """The operations of function ``fn``'s body in the plan's numbering (see :func:`entry_ops`)."""
+    return [op for op, _ in entry_ops(fn.regions[0].blocks[0])]
 
 
 def _heaviest(costs: list[tuple[float, float, str]]) -> str:
@@ -356,13 +386,7 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
     category_of = _CATEGORY.get
     tcache: dict[Any, TypeInfo] = {}
     nv = len(args)
-    n = 0
-    for opv in block.operations:
-        op = opv.operation
-        kind = op.name
-        if kind == "func.return" or kind == "stablehlo.return":
-            w.results = [vid[v] for v in op.operands]
-            continue
+    for n, (op, kind) in enumerate(entry_ops(block)):
         ids = [vid[v] for v in op.operands]
         edge_v += ids
         n_operands.append(len(ids))
@@ -403,7 +427,8 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
             w.special[n] = cost
         elif cat == _FREE and kind == "sdy.sharding_constraint":
             w.constraint_ops.append((n, op))
-        n += 1
+    ret = entry_return(block)
+    w.results = [] if ret is None else [vid[v] for v in ret.operands]
     return w
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planmap.errors import InputError, StalePlanError
-from planmap.export import write_atomic
-from planmap.plan.build import make_plan, ns, sha256_file, to_solution
+from planmap.io import sha256_file, write_atomic
+from planmap.plan.build import make_plan, ns, to_solution
 from planmap.plan.document import FORMAT_VERSION, PlanDocument, parse, render
 
 __all__ = [
@@ -143,8 +143,8 @@ class CheckReport:
 def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     """Check a plan: inputs unchanged, decisions feasible, predictions re-derivable from the decisions
     (a hand edit shows up here), and with ``resolve`` that solving the spec again gives the same bytes."""
+    from planmap.assemble import build_problem
     from planmap.evaluate import evaluate
-    from planmap.problem import build_problem
     from planmap.spec import load_spec
 
     path = Path(path)

@@ -7,8 +7,8 @@ whatever coarsening was used; :func:`to_solution` maps them back onto a problem'
 
 from __future__ import annotations
 
-import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import numpy as np
 from planmap import __version__
 from planmap.errors import InputError
 from planmap.evaluate import Evaluation
+from planmap.io import sha256_file
 from planmap.plan.document import (
     FORMAT_VERSION,
     DevicePrediction,
@@ -34,15 +35,8 @@ from planmap.plan.document import (
 )
 from planmap.problem import Certificate, Problem, Shardings, Solution, Stage, Status
 
-__all__ = ["make_plan", "to_solution", "sha256_file", "op_ranges", "ranges_to_ids", "ns"]
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+__all__ = ["make_plan", "to_solution", "document", "plan_input", "stage_mesh", "shardings_doc", "op_ranges",
+           "ranges_to_ids", "ns"]
 
 
 def ns(seconds: float | None) -> int | None:
@@ -73,12 +67,17 @@ def _rel(path: Path, base: Path) -> str:
     return Path(os.path.relpath(Path(path).resolve(), Path(base).resolve())).as_posix()
 
 
+def plan_input(role: str, path: Path, plan_dir: Path) -> PlanInput:
+    """An input of a plan in ``plan_dir``: its path relative to the plan and the hash that makes the plan stale."""
+    return PlanInput(role=role, path=_rel(path, plan_dir), sha256=sha256_file(Path(path)))
+
+
 def _inputs(spec: Any, plan_dir: Path) -> list[PlanInput]:
     items = [("spec", spec.path)]
     if spec.cluster_path is not None:
         items.append(("cluster", spec.cluster_path))
     items.append(("model", spec.model_path))
-    return [PlanInput(role=r, path=_rel(p, plan_dir), sha256=sha256_file(Path(p))) for r, p in items]
+    return [plan_input(r, p, plan_dir) for r, p in items]
 
 
 def _layer_names(problem: Problem, nodes: np.ndarray) -> list[str]:
@@ -89,8 +88,39 @@ def _layer_names(problem: Problem, nodes: np.ndarray) -> list[str]:
     return [str(names[i]) for i in ids if 0 <= i < len(names)]
 
 
-def _spec_entry(spec_tuple: tuple) -> list:
+def _spec_entry(spec_tuple: Sequence) -> list:
     return [list(x) if isinstance(x, tuple) else x for x in spec_tuple]
+
+
+def stage_mesh(axes: Sequence[tuple[str, int]]) -> StageMesh | None:
+    """A stage's sub-mesh from ``(axis, size)`` pairs; None when there are none."""
+    if not axes:
+        return None
+    return StageMesh(axis_names=[a for a, _ in axes], axis_sizes=[s for _, s in axes])
+
+
+def shardings_doc(args: dict[int, Sequence], values: dict[tuple[int, int], Sequence], *,
+                  arg_names: dict[int, str] | None = None, op_names: Sequence[str] | None = None) -> ShardingsDoc:
+    """PartitionSpecs by argument index and by (op id, result number), sorted, with names for reading."""
+    arg_names = arg_names or {}
+    return ShardingsDoc(
+        args=[ShardingEntry(arg=i, name=arg_names.get(i, ""), spec=_spec_entry(s)) for i, s in sorted(args.items())],
+        values=[ShardingEntry(op=op, result=r, name="" if op_names is None else op_names[op], spec=_spec_entry(s))
+                for (op, r), s in sorted(values.items())])
+
+
+def document(*, name: str, generator: str, objective: str, variant: str | None, mode: str,
+             inputs: list[PlanInput], data_args: Sequence[int], mesh: Sequence[tuple[str, int]],
+             devices: Sequence[str], schedule: str, microbatches: int, stages: list[StageDoc],
+             shardings: ShardingsDoc, predicted: Predicted, solver: SolverDoc) -> PlanDocument:
+    """The one constructor of plan documents, for solved plans (:func:`make_plan`) and hand-written ones
+    (:mod:`planmap.plan.manual`): ``mesh`` is the plan mesh as ``(axis, size)`` pairs over ``devices``."""
+    return PlanDocument(
+        format_version=FORMAT_VERSION, generator=generator, name=name,
+        objective=ObjectiveDoc(kind=objective, variant=variant), mode=mode, inputs=inputs, data_args=list(data_args),
+        mesh=MeshDoc(axis_names=[a for a, _ in mesh], axis_sizes=[s for _, s in mesh], devices=list(devices)),
+        schedule=ScheduleDoc(kind=schedule, microbatches=microbatches),
+        stages=stages, shardings=shardings, predicted=predicted, solver=solver)
 
 
 def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, spec: Any,
@@ -105,24 +135,17 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
             continue
         members = np.concatenate([g.members_of(int(i)) for i in nodes])
         st = solution.stages[k]
-        mesh = None
-        if st.mesh_axes:
-            mesh = StageMesh(axis_names=[a for a, _ in st.mesh_axes], axis_sizes=[s for _, s in st.mesh_axes])
-        elif st.replicas > 1:
-            mesh = StageMesh(axis_names=["data"], axis_sizes=[st.replicas])
+        mesh = stage_mesh(st.mesh_axes or ([("data", st.replicas)] if st.replicas > 1 else []))
         stages.append(StageDoc(id=len(stages), devices=[topo.names[d] for d in st.devices],
                                ops=op_ranges(members), mesh=mesh, layers=_layer_names(problem, nodes)))
     sh = solution.shardings
     if sh is not None:
-        mesh_doc = MeshDoc(axis_names=[a for a, _ in sh.mesh_axes], axis_sizes=[s for _, s in sh.mesh_axes],
-                           devices=list(topo.names[: int(np.prod([s for _, s in sh.mesh_axes]))]))
-        arg_names = {a.index: a.name for a in problem.original.args}
-        shardings = ShardingsDoc(
-            args=[ShardingEntry(arg=i, name=arg_names.get(i, ""), spec=_spec_entry(s)) for i, s in sorted(sh.args.items())],
-            values=[ShardingEntry(op=op, result=r, name=problem.original.op_name[op], spec=_spec_entry(s))
-                    for (op, r), s in sorted(sh.values.items())])
+        mesh_axes = list(sh.mesh_axes)
+        mesh_devices = list(topo.names[: int(np.prod([s for _, s in sh.mesh_axes]))])
+        shardings = shardings_doc(sh.args, sh.values, arg_names={a.index: a.name for a in problem.original.args},
+                                  op_names=problem.original.op_name)
     else:
-        mesh_doc = MeshDoc(axis_names=["device"], axis_sizes=[topo.num_devices], devices=list(topo.names))
+        mesh_axes, mesh_devices = [("device", topo.num_devices)], list(topo.names)
         shardings = ShardingsDoc()
     cert = solution.certificate
     cap = evaluation.capacity
@@ -138,13 +161,12 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
                        gap=None if cert.gap is None else round(float(cert.gap), 6),
                        options={k: v for k, v in sorted(cert.options.items())}, message=cert.message)
     data_args = [a.index for a in problem.original.args if a.role == "data"]
-    schedule = ScheduleDoc(kind=(solution.schedule or "none") if problem.objective == "throughput" else "none",
-                           microbatches=max(1, solution.microbatches))
-    return PlanDocument(
-        format_version=FORMAT_VERSION, generator=f"planmap {__version__}", name=name or problem.name,
-        objective=ObjectiveDoc(kind=problem.objective,
-                                                          variant=problem.variant if problem.objective == "throughput" else None), mode=problem.mode,
-        inputs=_inputs(spec, plan_path.parent), data_args=data_args, mesh=mesh_doc, schedule=schedule,
+    throughput = problem.objective == "throughput"
+    return document(
+        name=name or problem.name, generator=f"planmap {__version__}", objective=problem.objective,
+        variant=problem.variant if throughput else None, mode=problem.mode,
+        inputs=_inputs(spec, plan_path.parent), data_args=data_args, mesh=mesh_axes, devices=mesh_devices,
+        schedule=(solution.schedule or "none") if throughput else "none", microbatches=max(1, solution.microbatches),
         stages=stages, shardings=shardings, predicted=predicted, solver=solver)
 
 

@@ -1,6 +1,6 @@
 """`evaluate` against schedules computed by hand on small graphs (chains, diamonds, fork-join).
 
-Cluster: planmap.synthetic.paper_topology — device 0 is the CPU, 1.. are accelerators that exchange
+Cluster: planmap.workloads.graphs.paper_topology — device 0 is the CPU, 1.. are accelerators that exchange
 data only through host memory; transfer times are the graph's measured per-value times (c_u).
 """
 
@@ -11,7 +11,7 @@ import pytest
 
 from planmap.evaluate import evaluate, nonconvex_units
 from planmap.problem import Certificate, Problem, Solution, Stage
-from planmap.synthetic import layered_dag, paper_topology, profiled_graph
+from planmap.workloads.graphs import layered_dag, paper_topology, profiled_graph
 
 CERT = Certificate("heuristic", "hand")
 CPU, ACC0, ACC1, ACC2 = 0, 1, 2, 3

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from planmap import plan as plan_mod
-from planmap.problem import SolveOptions, build_problem
+from planmap.assemble import build_problem
+from planmap.problem import SolveOptions
 from planmap.solve import solve
 from planmap.spec import load_spec
 

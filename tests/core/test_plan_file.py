@@ -13,7 +13,7 @@ from planmap.evaluate import evaluate
 from planmap.plan.build import op_ranges, ranges_to_ids
 from planmap.plan.diff import diff_plans
 from planmap.problem import Certificate, Problem, Solution, Stage
-from planmap.synthetic import paper_topology, random_dag
+from planmap.workloads.graphs import paper_topology, random_dag
 
 
 @pytest.fixture

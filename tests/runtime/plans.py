@@ -1,4 +1,4 @@
-"""Hand-written plans for runtime tests (see planmap.runtime.manual): each model's artifact is copied
+"""Hand-written plans for runtime tests (see planmap.plan.manual): each model's artifact is copied
 next to its plans, so a test may change it without touching specs/models."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from planmap.runtime.manual import device_names as devs
-from planmap.runtime.manual import stage
-from planmap.runtime.manual import write_plan as _write
+from planmap.plan.manual import device_names as devs
+from planmap.plan.manual import stage
+from planmap.plan.manual import write_plan as _write
 
 __all__ = ["MODELS", "stage", "devs", "write_plan"]
 

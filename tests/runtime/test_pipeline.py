@@ -13,9 +13,9 @@ import pytest
 import planmap.runtime as rt
 from planmap.errors import PlanmapError
 from planmap.examples.models import gpt, mlp
+from planmap.frontend.stablehlo import top_level_ops
 from planmap.plan.build import op_ranges
 from planmap.runtime.artifact import Artifact, entry_function, make_context
-from planmap.runtime.ir_graph import top_level_ops
 from tests.runtime.conftest import gpt_tokens, leaves, mlp_batch, single_device
 from tests.runtime.plans import MODELS, devs, stage, write_plan
 

@@ -11,7 +11,7 @@ import numpy as np
 from planmap.cluster import Topology
 from planmap.problem import Certificate, Problem, Solution, Stage, Status
 from planmap.spec.models import ClusterBody
-from planmap.synthetic import profiled_graph, random_dag
+from planmap.workloads.graphs import profiled_graph, random_dag
 
 CERT = Certificate(Status.HEURISTIC, "enumeration")
 

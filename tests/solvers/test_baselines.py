@@ -1,6 +1,6 @@
 """Baselines (greedy, metis, local-search) and the shared stage builder, judged by ``evaluate``.
 
-Cluster: planmap.synthetic.paper_topology — device 0 is the CPU, 1.. are accelerators that exchange
+Cluster: planmap.workloads.graphs.paper_topology — device 0 is the CPU, 1.. are accelerators that exchange
 data only through host memory (a transfer is paid by the sending and the receiving accelerator);
 transfer times are the graph's measured per-value times.
 """
@@ -22,7 +22,7 @@ from planmap.solvers.heuristics.greedy import greedy_latency, memory_fill
 from planmap.solvers.heuristics.throughput_loads import ThroughputLoads
 from planmap.solvers.repair import contiguous_repair, repair
 from planmap.solvers.segments import segments_from_devices, split_pieces
-from planmap.synthetic import layered_dag, paper_topology, profiled_graph, random_dag
+from planmap.workloads.graphs import layered_dag, paper_topology, profiled_graph, random_dag
 
 CPU, ACC0, ACC1, ACC2, ACC3 = 0, 1, 2, 3, 4
 CERT = Certificate("heuristic", "test")

@@ -1,4 +1,4 @@
-"""The latency IP's strengthening (solvers/_latency_cuts.py): every time bound holds on every feasible
+"""The latency IP's strengthening (solvers/latency/cuts.py): every time bound holds on every feasible
 placement of small graphs (exhaustive, under ``evaluate``), the model proves the same optimum with
 and without the cuts and the presolve, and warm starts satisfy every added row (real HiGHS solves)."""
 
@@ -18,7 +18,7 @@ from planmap.problem import Problem, Solution, SolveOptions, Status  # noqa: E40
 from planmap.solvers.latency import ip as lip  # noqa: E402
 from planmap.solvers.latency.cuts import memory_buckets  # noqa: E402
 from planmap.solvers.latency.data import prepare  # noqa: E402
-from planmap.synthetic import paper_topology, profiled_graph, random_dag  # noqa: E402
+from planmap.workloads.graphs import paper_topology, profiled_graph, random_dag  # noqa: E402
 from tests.solvers.latency_cases import CERT, bytes_graph, gpu_cluster, placements, problem  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
@@ -273,7 +273,7 @@ def test_presolve_keeps_nodes_on_the_cpu_when_leaving_it_cannot_pay():
 
 @pytest.mark.parametrize("q", [1, 2])
 def test_warm_start_satisfies_every_row_of_the_strengthened_model(q):
-    from planmap.synthetic_nets import bert, net_topology
+    from planmap.workloads.nets import bert, net_topology
 
     g = bert(1)
     p = problem(g, net_topology(g, 3, fill=0.7), q)

@@ -1,4 +1,4 @@
-"""The latency IP (solvers/latency_ip.py) against exhaustive enumeration under ``evaluate``, against an
+"""The latency IP (solvers/latency/ip.py) against exhaustive enumeration under ``evaluate``, against an
 independent transcription of the paper's model, and for its anytime guarantees (real HiGHS solves)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from planmap.evaluate import evaluate  # noqa: E402
 from planmap.problem import Problem, Solution, SolveOptions, Status  # noqa: E402
 from planmap.solve import solve as planmap_solve  # noqa: E402
 from planmap.solvers.latency import ip as lip  # noqa: E402
-from planmap.synthetic import paper_topology, random_dag  # noqa: E402
+from planmap.workloads.graphs import paper_topology, random_dag  # noqa: E402
 from tests.solvers.latency_cases import bytes_graph, gpu_cluster, placements, problem  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
@@ -299,7 +299,7 @@ def test_registry_ip_throughput_without_the_throughput_ip_is_a_clean_error():
 
 def test_packed_splits_are_feasible_contiguous_starts_under_tight_memory():
     from planmap.solvers.latency.baselines import packed_splits
-    from planmap.synthetic_nets import bert, net_topology
+    from planmap.workloads.nets import bert, net_topology
 
     g = bert(2)
     p = problem(g, net_topology(g, 4, fill=0.8))  # q = 1: every accelerator one convex piece

@@ -1,4 +1,4 @@
-"""The contiguous split DP (solvers/_latency_splits.py): exact on chains against an enumeration of
+"""The contiguous split DP (solvers/latency/splits.py): exact on chains against an enumeration of
 every split under ``evaluate``, an upper bound of evaluate's latency on DAGs, memory, colocation and
 support respected, and the latency IP starting from it."""
 
@@ -13,7 +13,7 @@ import pytest
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.solvers.latency.splits import best_splits, split_dp, split_orders
-from planmap.synthetic import layered_dag, paper_topology, profiled_graph
+from planmap.workloads.graphs import layered_dag, paper_topology, profiled_graph
 from tests.solvers.latency_cases import bytes_graph, gpu_cluster, problem
 
 CERT = Certificate(Status.HEURISTIC, "test")
@@ -138,7 +138,7 @@ def test_no_split_when_memory_cannot_hold_the_model():
 def test_latency_ip_starts_from_the_best_split():
     pytest.importorskip("highspy")
     from planmap.solvers.latency import ip as lip
-    from planmap.synthetic_nets import bert, net_topology
+    from planmap.workloads.nets import bert, net_topology
 
     g = bert(3)
     p = Problem.from_graph(g, net_topology(g, 4, fill=0.7), objective="latency", max_subgraphs=2, contiguous=False)

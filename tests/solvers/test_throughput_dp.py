@@ -20,8 +20,8 @@ from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status
 from planmap.solvers.pipeline.dp import ThroughputDP, prepare
 from planmap.solvers.pipeline.pipedream import PipeDream
-from planmap.synthetic import layered_dag, paper_topology, profiled_graph
-from planmap.synthetic_pipelines import Layers, pipeline_graph, tight_memory, workload
+from planmap.workloads.graphs import layered_dag, paper_topology, profiled_graph
+from planmap.workloads.pipelines import Layers, pipeline_graph, tight_memory, workload
 
 REL = 1e-9
 

@@ -12,7 +12,7 @@ from planmap.evaluate import evaluate
 from planmap.problem import Problem, SolveOptions, Status
 from planmap.solvers.pipeline.dp import ThroughputDP
 from planmap.solvers.pipeline.ip import ThroughputIP, build_model, prepare
-from planmap.synthetic import layered_dag, paper_topology, profiled_graph
+from planmap.workloads.graphs import layered_dag, paper_topology, profiled_graph
 
 from .test_throughput_dp import solve_dp, wide_dag
 

@@ -352,7 +352,7 @@ def tight_memory(graph: OpGraph, devices: int, *, mode: str = "inference", sched
     even share of parameters (x the training factor) and stashed activations (x the microbatches in
     flight on an average stage), plus the largest working set of any node."""
     from planmap.cost import CostModel, param_memory_factor
-    from planmap.synthetic import paper_topology
+    from planmap.workloads.graphs import paper_topology
 
     cost = CostModel.build(graph, paper_topology(1), mode=mode, optimizer=optimizer)
     params = float(graph.value_bytes[graph.param_values].sum()) * param_memory_factor(mode, optimizer)

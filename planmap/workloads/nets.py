@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from planmap.graph import OpGraph
-from planmap.synthetic import paper_topology, profiled_graph
+from planmap.workloads.graphs import paper_topology, profiled_graph
 
 __all__ = ["bert", "resnet50", "gnmt", "inception_v3", "net_topology", "NETWORKS", "HOST_LINK"]
 
@@ -84,7 +84,7 @@ class _Net:
         # profiled_graph keeps no layer ids; rebuild with them (OpGraph is immutable)
         from dataclasses import replace
 
-        return replace(g, layer=np.asarray(self.layer), meta={"generator": "planmap.synthetic_nets"})
+        return replace(g, layer=np.asarray(self.layer), meta={"generator": "planmap.workloads.nets"})
 
 
 # ------------------------------------------------------------------------------------ networks

@@ -2,32 +2,20 @@
 tests and benchmarks that need plan shapes no solver picks for a small model (a 4-stage pipeline
 of a tiny MLP, a deliberately non-contiguous placement, a given Megatron layout).
 
-The document is a real plan: its model input carries the artifact's sha256 (so a changed artifact
-makes it stale), and it is written with :func:`planmap.plan.save`. Predictions and the certificate
-are empty (solver ``manual``, status ``heuristic``).
+The document is a real plan, built by :func:`planmap.plan.build.document` like a solved one: its
+model input carries the artifact's sha256 (so a changed artifact makes it stale), and it is written
+with :func:`planmap.plan.save`. Predictions and the certificate are empty (solver ``manual``,
+status ``heuristic``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from planmap.plan import FORMAT_VERSION, PlanDocument, save
-from planmap.plan.build import sha256_file
-from planmap.plan.document import (
-    DevicePrediction,
-    MeshDoc,
-    ObjectiveDoc,
-    PlanInput,
-    Predicted,
-    ScheduleDoc,
-    ShardingEntry,
-    ShardingsDoc,
-    SolverDoc,
-    StageDoc,
-    StageMesh,
-)
+from planmap.plan import PlanDocument, save
+from planmap.plan.build import document, plan_input, shardings_doc, stage_mesh
+from planmap.plan.document import DevicePrediction, Predicted, SolverDoc, StageDoc
 
 __all__ = ["stage", "plan_document", "write_plan", "device_names"]
 
@@ -59,21 +47,13 @@ def plan_document(artifact: Path, plan_dir: Path, stages: list[dict], *, data_ar
             devices += [d for d in st["devices"] if d not in devices]
     devices = list(devices)
     mesh = mesh or {"device": len(devices)}
-    return PlanDocument(
-        format_version=FORMAT_VERSION, generator="planmap manual", name=name,
-        objective=ObjectiveDoc(kind=objective), mode=mode,
-        inputs=[PlanInput(role="model", path=Path(os.path.relpath(artifact, plan_dir)).as_posix(),
-                          sha256=sha256_file(artifact))],
-        data_args=list(data_args),
-        mesh=MeshDoc(axis_names=list(mesh), axis_sizes=list(mesh.values()), devices=devices),
-        schedule=ScheduleDoc(kind=schedule, microbatches=microbatches),
-        stages=[StageDoc(id=k, devices=st["devices"], ops=st["ops"],
-                         mesh=None if st["mesh"] is None else StageMesh(axis_names=list(st["mesh"]),
-                                                                        axis_sizes=list(st["mesh"].values())))
+    return document(
+        name=name, generator="planmap manual", objective=objective, variant=None, mode=mode,
+        inputs=[plan_input("model", artifact, plan_dir)], data_args=data_args, mesh=list(mesh.items()),
+        devices=devices, schedule=schedule, microbatches=microbatches,
+        stages=[StageDoc(id=k, devices=st["devices"], ops=st["ops"], mesh=stage_mesh(list((st["mesh"] or {}).items())))
                 for k, st in enumerate(stages)],
-        shardings=ShardingsDoc(
-            args=[ShardingEntry(arg=i, spec=list(s)) for i, s in sorted((args or {}).items())],
-            values=[ShardingEntry(op=o, result=r, spec=list(s)) for (o, r), s in sorted((values or {}).items())]),
+        shardings=shardings_doc(args or {}, values or {}),
         # every device listed: the plan emitter writes an empty list as a bare key (read back as null)
         predicted=Predicted(objective_ns=0, step_time_ns=0, bytes_moved=0,
                             devices=[DevicePrediction(device=d, memory=0, load_ns=0) for d in devices]),
@@ -85,4 +65,4 @@ def write_plan(path: Path, artifact: Path, stages: list[dict], **kw) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = plan_document(Path(artifact), path.parent, stages, **kw)
-    return save(doc, path, header_lines=["Written by hand (planmap.runtime.manual); no solver certificate."])
+    return save(doc, path, header_lines=["Written by hand (planmap.plan.manual); no solver certificate."])

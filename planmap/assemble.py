@@ -1,0 +1,140 @@
+"""Spec -> :class:`~planmap.problem.Problem`: load the model, coarsen it, cost it, apply the constraints.
+
+:func:`build_problem` is the one place a :class:`~planmap.spec.LoadedSpec` becomes a problem; the
+CLI, ``plan check`` and the benchmarks call it. The contracts it fills in live in
+:mod:`planmap.problem`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+import numpy as np
+
+from planmap.cluster import Topology
+from planmap.cost import CostModel
+from planmap.errors import InfeasibleError, PlanmapError
+from planmap.graph import OpGraph
+from planmap.problem import Problem
+
+__all__ = ["build_problem"]
+
+# Kernels a node launches (each pays the device type's opOverhead): XLA fuses elementwise ops and data
+# movement into the contraction / reduction / loop they feed, so a fused node costs one launch per
+# "anchor" op, or one loop kernel when it has no anchor; constants, reshapes and the like cost none.
+_KERNEL_FREE = frozenset({
+    "stablehlo.constant", "stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.get_tuple_element",
+    "stablehlo.tuple", "stablehlo.bitcast_convert", "stablehlo.iota", "stablehlo.optimization_barrier",
+    "sdy.sharding_constraint", "func.return", "chlo.constant", "chlo.constant_like", "sdy.constant",
+})
+
+
+def _kernels(graph: OpGraph, original: OpGraph) -> np.ndarray:
+    """Kernel launches per node: its anchor ops (contractions, reductions, control flow, calls), or one
+    loop-fusion kernel for a node of only elementwise/data-movement ops, or none for free ops."""
+    from planmap.frontend.costs import BODY_OPS, SPECIAL
+
+    kinds = np.asarray(original.kind, dtype=object)
+    anchor = np.array([k in SPECIAL or k in BODY_OPS or k.startswith("stablehlo.custom_call") for k in kinds],
+                      np.int64)
+    work = np.array([k not in _KERNEL_FREE for k in kinds], np.int64)
+    if graph.num_nodes == 0:
+        return np.zeros(0)
+    starts = graph.members_indptr[:-1]
+    empty = np.diff(graph.members_indptr) == 0
+    anchors = np.where(empty, 0, np.add.reduceat(anchor[graph.members], starts))
+    any_work = np.where(empty, 0, np.add.reduceat(work[graph.members], starts)) > 0
+    return np.where(anchors > 0, anchors, any_work.astype(np.int64)).astype(float)
+
+
+def _pins(spec, graph: OpGraph, original: OpGraph, topo: Topology, allowed: np.ndarray) -> None:
+    names = np.asarray(original.op_name, dtype=object)
+    node_of = graph.original_to_node
+    for pin in spec.spec.constraints.pins:
+        ops = np.flatnonzero([fnmatch.fnmatchcase(n, pin.ops) for n in names])
+        devs = topo.match(pin.device)
+        if len(ops) == 0:
+            raise InfeasibleError(f"pin {pin.ops!r} -> {pin.device!r} matches no operator of the model "
+                                  f"(operator names look like {names[len(names) // 2]!r})")
+        mask = np.zeros(topo.num_devices, bool)
+        mask[devs] = True
+        nodes = np.unique(node_of[ops])
+        allowed[nodes] &= mask
+
+
+AUTO_MIN_NODES_PER_DEVICE = 3  # granularity the solvers need to balance stages well
+AUTO_MAX_NODES = 5000  # beyond this, exact solvers slow down a lot
+
+
+def _coarsen(frontend: Any, original: OpGraph, level: str, topo: Topology) -> OpGraph:
+    """Coarsen ``original``; ``auto`` takes repeated layers when there are a few per device (they are
+    the natural pipeline stages), else fused ops — never raw ops, whose argument-only chains (bias
+    broadcasts, converts) would multiply the solvers' work for nothing."""
+    if level != "auto":
+        return frontend.coarsen(original, level)
+    devices = max(1, len(topo.accelerators) or topo.num_devices)
+    layers = frontend.coarsen(original, "layers")
+    if layers.num_nodes >= AUTO_MIN_NODES_PER_DEVICE * devices:
+        return layers
+    fused = frontend.coarsen(original, "fuse")
+    return fused if fused.num_nodes <= AUTO_MAX_NODES else layers
+
+
+def _batch_size(graph: OpGraph) -> int | None:
+    """Leading dim of the first data argument: the samples one run of the artifact processes."""
+    data = [a for a in graph.args if a.role == "data" and a.type.shape]
+    return int(data[0].type.shape[0]) if data else None
+
+
+def _microbatches(model: Any, graph: OpGraph, topo: Topology) -> int:
+    """Microbatches per step: the spec's number, or for ``auto`` globalBatch / the artifact's batch size
+    (else twice the number of pipeline devices). The artifact is exported at the microbatch size."""
+    batch = _batch_size(graph)
+    mb = model.microbatches
+    if mb == "auto":
+        if model.global_batch and batch:
+            mb = max(1, model.global_batch // batch)
+        else:
+            mb = 2 * max(1, len(topo.accelerators))
+    if model.global_batch and batch and model.global_batch != batch * mb:
+        raise PlanmapError(f"globalBatch {model.global_batch} != the artifact's batch {batch} x microbatches {mb}: "
+                              "the artifact is run once per microbatch, so export it at globalBatch / microbatches")
+    return int(mb)
+
+
+def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
+    """The problem a :class:`~planmap.spec.LoadedSpec` describes: load, coarsen, cost, constrain."""
+    from planmap import frontend
+
+    body = spec.spec
+    model = body.model
+    topo = Topology.from_spec(body.cluster)
+    original = graph if graph is not None else frontend.load_model(
+        spec.model_path, format=str(model.format), arguments=model.arguments, entry=model.entry,
+        loop_trip_count=model.loop_trip_count)
+    coarse = _coarsen(frontend, original, str(body.constraints.coarsening), topo)
+    mode = str(model.mode)
+    cost = CostModel.build(coarse, topo, mode=mode, optimizer=str(model.optimizer),
+                           kernels=_kernels(coarse, original))
+    allowed = cost.supported.copy()
+    _pins(spec, coarse, original, topo, allowed)
+    bad = np.flatnonzero(~allowed.any(axis=1))
+    if len(bad):
+        i = int(bad[0])
+        raise InfeasibleError(f"operator {coarse.op_name[i]!r} ({coarse.kind[i]}) can run on no device of the "
+                              f"cluster (unsupported, or excluded by pins); {len(bad)} such node(s)")
+    schedule = str(body.constraints.schedule)
+    if schedule == "auto":
+        schedule = "1f1b" if mode == "training" else "gpipe"
+    mb = _microbatches(model, original, topo)
+    return Problem(
+        name=spec.metadata.name, graph=coarse, topology=topo, cost=cost, objective=str(body.objective.kind),
+        variant=str(body.objective.variant), mode=mode,
+        contiguous=str(body.constraints.placement) == "contiguous",
+        max_subgraphs=body.constraints.max_subgraphs_per_device, max_stages=body.constraints.max_stages,
+        memory_headroom=body.constraints.memory_headroom, schedule=schedule,
+        microbatches=mb, replication=str(body.constraints.replication) == "allow",
+        batch_size=_batch_size(original),
+        allowed=allowed, original=original, spec=spec,
+    )
