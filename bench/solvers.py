@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _stamp import header
 
 from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.problem import Problem, SolveOptions
@@ -164,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--csv", type=Path, help="also write the rows to this CSV file")
     args = ap.parse_args(argv)
+    run_header = header()
+    print(run_header + "\n", flush=True)
     repeats = 1 if args.quick else args.repeats
     options = SolveOptions(time_limit=args.time_limit, seed=args.seed)
     workloads = synthetic_workloads(args.quick)
@@ -187,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         with args.csv.open("w", newline="") as f:
+            f.write("".join(f"# {line}\n" for line in run_header.splitlines()))
             wr = csv.writer(f)
             wr.writerow(["workload", "solver", "objective_s", "time_s", "fullest_device", "status"])
             for r in rows:
