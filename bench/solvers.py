@@ -55,7 +55,8 @@ def synthetic_workloads(quick: bool) -> list[Workload]:
     for L, w in layers:
         g = layered_dag(L, w, seed=L)
         gt = layered_dag(L, w, seed=L, training=True)
-        out.append(Workload(f"layered{L}x{w} latency q=1", lambda g=g: Problem.from_graph(g, topo, objective="latency")))
+        out.append(Workload(f"layered{L}x{w} latency q=1",
+                            lambda g=g: Problem.from_graph(g, topo, objective="latency")))
         out.append(Workload(f"layered{L}x{w} throughput", lambda g=g: Problem.from_graph(
             g, topo, objective="throughput", microbatches=8)))
         out.append(Workload(f"layered{L}x{w} training thr", lambda gt=gt: Problem.from_graph(
@@ -122,7 +123,8 @@ def run(workload: Workload, problem: Problem, solver: str, options: SolveOptions
         except SolverUnavailableError as e:
             return Row(workload.name, solver, None, None, "", f"n/a: {e}")
         except InfeasibleError as e:
-            return Row(workload.name, solver, None, time.perf_counter() - t0, "", "infeasible: " + str(e).splitlines()[-1].strip())
+            why = str(e).splitlines()[-1].strip()
+            return Row(workload.name, solver, None, time.perf_counter() - t0, "", "infeasible: " + why)
         except PlanmapError as e:
             return Row(workload.name, solver, None, None, "", f"error: {e}")
         times.append(time.perf_counter() - t0)
