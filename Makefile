@@ -11,7 +11,7 @@ export PYTHONHASHSEED = 0
 DEMO_SPEC ?= specs/gpt-8dev.yaml
 DEMO_PLAN := plans/$(basename $(notdir $(DEMO_SPEC))).plan.yaml
 
-.PHONY: install demo test schemas goldens bench lint clean fixtures
+.PHONY: install demo test schemas goldens bench lint typecheck clean fixtures
 
 # Re-install only when the project metadata or the pins change (idempotent, fast otherwise).
 $(STAMP): pyproject.toml constraints.txt
@@ -52,6 +52,10 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check planmap solvers runtime tests bench tools
+
+# mypy over planmap, planmap.solvers and planmap.runtime as installed (settings: [tool.mypy] in pyproject.toml).
+typecheck: $(STAMP)
+	$(PY) tools/typecheck.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

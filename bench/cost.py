@@ -11,6 +11,7 @@ import statistics
 import time
 
 import numpy as np
+from _stamp import header
 
 from planmap.cluster import Topology
 from planmap.cost import CostModel
@@ -49,6 +50,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, nargs="+", default=[6_000, 60_000])
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
+    print(header() + "\n")
     topo = Topology.from_spec(load_cluster("specs/clusters/h100-2x8.yaml").spec)
     print(f"{'nodes':>8} {'devices':>8} {'cost model':>12} {'evaluate thr':>13} {'evaluate lat':>13}")
     for n in args.nodes:

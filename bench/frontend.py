@@ -89,8 +89,11 @@ def measure(path: str) -> None:
 
 
 def main(sizes: list[int]) -> None:
+    from _stamp import header
+
     from planmap.units import format_bytes
 
+    print(header() + "\n")
     rows = []
     with tempfile.TemporaryDirectory(prefix="planmap-bench-") as tmp:
         out = Path(tmp)

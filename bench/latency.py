@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+from _stamp import header, stamp
 
 from planmap import solvers
 from planmap.errors import PlanmapError, SolverUnavailableError
@@ -174,7 +175,8 @@ def print_table(rows: list[Row]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
-def plot(row: Row, out: Path) -> Path | None:
+def plot(row: Row, out: Path, description: str) -> Path | None:
+    """Incumbent and bound against time for ``row``, with ``description`` (the stamp) in the PNG's metadata."""
     try:
         import matplotlib
 
@@ -202,7 +204,7 @@ def plot(row: Row, out: Path) -> Path | None:
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"latency_{row.name.replace(':', '_')}.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, metadata={"Description": description})
     plt.close(fig)
     return path
 
@@ -244,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", action="store_true", help="only time the model build (bounds, Pyomo rows, HiGHS "
                     "translation) for BERT operator graphs of 250 to 2,000 nodes")
     args = ap.parse_args(argv)
+    run_stamp = stamp()
+    print(header(run_stamp) + "\n")
     if args.build:
         return build_table()
     limit = args.time_limit or (600.0 if args.scale else 30.0)
@@ -274,11 +278,12 @@ def main(argv: list[str] | None = None) -> int:
 
         RESULTS.mkdir(parents=True, exist_ok=True)
         tag = ("scale" if args.scale else "quick") + (f"_fill{args.fill:g}" if args.fill is not None else "")
-        (RESULTS / f"latency_{tag}_traces.json").write_text(json.dumps(
-            {r.name: {"trace": r.trace, "greedy": r.baselines.get("greedy"), "contiguous": r.contiguous}
-             for r in rows}, indent=1, default=float) + "\n")
+        traces = {r.name: {"trace": r.trace, "greedy": r.baselines.get("greedy"), "contiguous": r.contiguous}
+                  for r in rows}
+        (RESULTS / f"latency_{tag}_traces.json").write_text(
+            json.dumps({"stamp": run_stamp, **traces}, indent=1, default=float) + "\n")
         largest = max(rows, key=lambda r: r.nodes)
-        path = plot(largest, RESULTS)
+        path = plot(largest, RESULTS, header(run_stamp))
         if path is not None:
             print(f"plot: {path.relative_to(ROOT)}")
     return 0

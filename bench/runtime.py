@@ -29,6 +29,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from _stamp import header  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "specs" / "models"
 SOLVED_SPECS = ("mlp-latency-cpu4acc", "gpt-8dev", "gpt-train-8dev", "cnn-tpu")  # <= 8 devices
@@ -128,6 +130,7 @@ def main() -> None:
     parser.add_argument("--models", default="mlp,gpt,cnn", help="comma-separated example models")
     parser.add_argument("--no-solve", action="store_true", help="skip the solved example specs")
     opts = parser.parse_args()
+    print(header() + "\n", flush=True)
 
     import jax
     from rich.console import Console

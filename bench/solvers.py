@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _stamp import header
 
 from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.problem import Problem, SolveOptions
@@ -54,7 +55,8 @@ def synthetic_workloads(quick: bool) -> list[Workload]:
     for L, w in layers:
         g = layered_dag(L, w, seed=L)
         gt = layered_dag(L, w, seed=L, training=True)
-        out.append(Workload(f"layered{L}x{w} latency q=1", lambda g=g: Problem.from_graph(g, topo, objective="latency")))
+        out.append(Workload(f"layered{L}x{w} latency q=1",
+                            lambda g=g: Problem.from_graph(g, topo, objective="latency")))
         out.append(Workload(f"layered{L}x{w} throughput", lambda g=g: Problem.from_graph(
             g, topo, objective="throughput", microbatches=8)))
         out.append(Workload(f"layered{L}x{w} training thr", lambda gt=gt: Problem.from_graph(
@@ -121,7 +123,8 @@ def run(workload: Workload, problem: Problem, solver: str, options: SolveOptions
         except SolverUnavailableError as e:
             return Row(workload.name, solver, None, None, "", f"n/a: {e}")
         except InfeasibleError as e:
-            return Row(workload.name, solver, None, time.perf_counter() - t0, "", "infeasible: " + str(e).splitlines()[-1].strip())
+            why = str(e).splitlines()[-1].strip()
+            return Row(workload.name, solver, None, time.perf_counter() - t0, "", "infeasible: " + why)
         except PlanmapError as e:
             return Row(workload.name, solver, None, None, "", f"error: {e}")
         times.append(time.perf_counter() - t0)
@@ -164,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--csv", type=Path, help="also write the rows to this CSV file")
     args = ap.parse_args(argv)
+    run_header = header()
+    print(run_header + "\n", flush=True)
     repeats = 1 if args.quick else args.repeats
     options = SolveOptions(time_limit=args.time_limit, seed=args.seed)
     workloads = synthetic_workloads(args.quick)
@@ -187,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv:
         args.csv.parent.mkdir(parents=True, exist_ok=True)
         with args.csv.open("w", newline="") as f:
+            f.write("".join(f"# {line}\n" for line in run_header.splitlines()))
             wr = csv.writer(f)
             wr.writerow(["workload", "solver", "objective_s", "time_s", "fullest_device", "status"])
             for r in rows:

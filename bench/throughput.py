@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from _stamp import header
 
 from planmap import solvers
 from planmap.errors import PlanmapError
@@ -218,6 +219,7 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
     ap.add_argument("--quick", action="store_true", help="short limits, skip the largest non-contiguous IPs")
     args = ap.parse_args()
+    print(header() + "\n", flush=True)
     if args.quick:
         args.time_limit, args.baseline_time_limit = min(args.time_limit, 20.0), min(args.baseline_time_limit, 5.0)
     print(f"# Pipelined throughput: paper cluster, 1 CPU + {args.accelerators} accelerators, tight memory "

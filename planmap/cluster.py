@@ -119,8 +119,7 @@ class Topology:
         host_ = np.array([d.host for d in devices], np.int32)
         cpu = np.array([d.is_cpu for d in devices], bool)
         tdefs = body.device_types
-        memory = np.array([math.inf if tdefs[d.type].memory is None else float(tdefs[d.type].memory)
-                           for d in devices])
+        memory = np.array([math.inf if (m := tdefs[d.type].memory) is None else float(m) for d in devices])
         host_io = np.array([(tdefs[d.type].subgraph_outputs or (
             SubgraphOutputs.HOST_MEMORY if tdefs[d.type].kind == DeviceKind.ACCELERATOR
             else SubgraphOutputs.DEVICE_MEMORY)) == SubgraphOutputs.HOST_MEMORY for d in devices], bool)

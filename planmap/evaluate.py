@@ -19,6 +19,7 @@ replicas, plus the gradient all-reduce among them in training. The objective is 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,7 +88,7 @@ def nonconvex_units(graph, unit: np.ndarray, mask: np.ndarray | None = None) -> 
     return [u for u in range(bad.bit_length()) if bad >> u & 1]
 
 
-def quotient_order(graph, unit: np.ndarray, num_units: int, extra: list[tuple[int, int]] = (),
+def quotient_order(graph, unit: np.ndarray, num_units: int, extra: Sequence[tuple[int, int]] = (),
                    mask: np.ndarray | None = None) -> list[int] | None:
     """A topological order of units under the node edges (plus ``extra`` unit edges); None on a cycle.
 
@@ -274,7 +275,7 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
     load = np.zeros(D)
     np.add.at(load, unit_dev[:S][~cpu_stage], dur[:S][~cpu_stage])
     np.add.at(load, node_dev[cpu_stage[sol.assignment]], t[cpu_stage[sol.assignment]])
-    groups = [(d,) for d in range(D)]
+    groups: list[tuple[int, ...]] = [(d,) for d in range(D)]
     mem = _memory(problem, node_dev, groups, np.ones(D))
     _common_checks(problem, sol, node_dev, groups, violations)
     _memory_check(problem, mem, violations)

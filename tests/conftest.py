@@ -1,6 +1,7 @@
 """Shared test configuration: 8 fake CPU devices for every JAX test (set before jax is imported)."""
 
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -19,3 +20,9 @@ def root() -> Path:
 @pytest.fixture(scope="session")
 def specs_dir() -> Path:
     return ROOT / "specs"
+
+
+@pytest.fixture(scope="session")
+def planmap_exe() -> str:
+    """The ``planmap`` console script of the environment running the tests (for subprocess tests)."""
+    return str(Path(sys.executable).with_name("planmap"))

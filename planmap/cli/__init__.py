@@ -63,13 +63,7 @@ def _root(
 
 
 for _name in _COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(_name)
-    except ModuleNotFoundError as _e:  # a command group not built yet
-        if _e.name != _name:
-            raise
-        continue
-    _mod.register(app)
+    importlib.import_module(_name).register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -188,7 +188,8 @@ def export(
 
     Examples:
       planmap export mymodel:forward --arg 'f32[8,784]' --arg @mymodel:init_params -o model.mlir
-      planmap export planmap.examples.models:gpt.forward --args-from planmap.examples.models:gpt.abstract_args -o gpt.mlir
+      planmap export planmap.examples.models:gpt.forward \\
+          --args-from planmap.examples.models:gpt.abstract_args -o gpt.mlir
     """
     import planmap.export as pm_export
 

@@ -78,8 +78,10 @@ def solve(
     spec: Path = typer.Argument(..., help="PlanSpec YAML file.", show_default=False),
     output: Path = typer.Option(None, "--output", "-o", help="Plan file to write [default: plans/<spec>.plan.yaml]."),
     solver: str = typer.Option(None, "--solver", "-s", help="Solver name (overrides the spec); see `planmap solvers`."),
-    time_limit: str = typer.Option(None, "--time-limit", "-t", help="Time limit, e.g. 60s or 5min (overrides the spec)."),
-    gap: float = typer.Option(None, "--gap", help="Relative optimality gap to stop at, e.g. 0.01 (overrides the spec)."),
+    time_limit: str = typer.Option(None, "--time-limit", "-t",
+                                   help="Time limit, e.g. 60s or 5min (overrides the spec)."),
+    gap: float = typer.Option(None, "--gap",
+                              help="Relative optimality gap to stop at, e.g. 0.01 (overrides the spec)."),
     threads: int = typer.Option(None, "--threads", help="Solver threads (overrides the spec)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the plan path."),
 ) -> None:

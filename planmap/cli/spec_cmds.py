@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from planmap.errors import PlanmapError
+
+if TYPE_CHECKING:
+    from planmap.spec.diagnostics import Diagnostic
 
 
 class OutputFormat(StrEnum):
@@ -24,7 +28,8 @@ def validate(
     """Validate specs: every mistake of every file, each at its line and column. Exit 1 on any error."""
     from planmap.spec import SpecError, load_document, render
 
-    diagnostics, ok = [], []
+    diagnostics: list[Diagnostic] = []
+    ok: list[tuple[Path, Any]] = []
     for f in files:
         try:
             doc = load_document(f)

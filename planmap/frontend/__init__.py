@@ -65,7 +65,7 @@ def load_model(path: str | Path, format: str = "auto", *, arguments: Any = None,
 
 
 def coarsen(graph: OpGraph, level: str = "auto") -> OpGraph:
-    """A smaller OpGraph for the solvers: ``none`` | ``fuse`` | ``layers`` | ``auto`` (see :mod:`.coarsen`)."""
+    """A smaller OpGraph for the solvers: ``none`` | ``fuse`` | ``layers`` | ``auto`` (see :mod:`.coarsening`)."""
     from planmap.frontend.coarsening import coarsen as _coarsen
 
     return _coarsen(graph, str(getattr(level, "value", level)))

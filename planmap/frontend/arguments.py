@@ -15,10 +15,10 @@ each flattened argument's pytree path as its location (``params['blocks']['layer
 
 Selectors are indices (negative ones count from the end) or globs on the names in which ``*`` and
 ``?`` are the only wildcards — brackets match themselves, since JAX names are full of them
-(``params['embed']*``). With ``arguments``: an argument matched by ``data`` is data, by ``parameters`` a parameter (both is an
-error). When only one list is given, every other argument takes the other role; when both are given,
-unmatched arguments fall back to the default above. A selector that matches nothing is an error: it
-is almost always a typo.
+(``params['embed']*``). With ``arguments``: an argument matched by ``data`` is data, by
+``parameters`` a parameter (both is an error). When only one list is given, every other argument
+takes the other role; when both are given, unmatched arguments fall back to the default above. A
+selector that matches nothing is an error: it is almost always a typo.
 """
 
 from __future__ import annotations

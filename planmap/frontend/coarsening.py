@@ -21,9 +21,10 @@ Every merge goes through :class:`~planmap.frontend.partition.Partition`, so the 
 DAG and its node ids are a topological order. Coarse nodes carry: summed FLOPs and state bytes;
 external traffic only as bytes accessed (values read from outside once, outputs written once — never
 less than the heaviest member's own bytes); the dtype and name of the heaviest member; the dimension
-roles of its contraction when it holds exactly one; ``backward``; ``layer``; and, in training graphs, a colocation class per named scope (layer,
-embed, head) pairing its forward and backward nodes, as Tarnawski et al. require for training (at
-the ``fuse`` level too: all fused nodes of one layer share its class). Colocation classes that come
+roles of its contraction when it holds exactly one; ``backward``; ``layer``; and, in training graphs,
+a colocation class per named scope (layer, embed, head) pairing its forward and backward nodes, as
+Tarnawski et al. require for training (at the ``fuse`` level too: all fused nodes of one layer share
+its class). Colocation classes that come
 with the graph (a profiled graph's) are kept; two classes that meet in one coarse node merge.
 ``meta["coarsening"]`` reports the reduction.
 """

@@ -100,9 +100,10 @@ CONTRACTIONS = frozenset([_SH + "dot_general", _SH + "dot", _SH + "convolution"]
 BODY_OPS = frozenset([_SH + "while", _SH + "case", _SH + "if", "func.call", _SH + "composite",
                       "sdy.manual_computation", "sdy.named_computation", _CH + "scan"])
 SPECIAL = CONTRACTIONS | frozenset(
-    [_SH + k for k in ("dynamic_conv", "einsum", "unary_einsum", "reduce", "reduce_window", "select_and_scatter", "scatter", "sort", "map", "fft",
-                       "cholesky", "triangular_solve", "batch_norm_training", "batch_norm_inference",
-                       "batch_norm_grad", "all_reduce", "reduce_scatter", "cross-replica-sum", "custom_call")]
+    [_SH + k for k in ("dynamic_conv", "einsum", "unary_einsum", "reduce", "reduce_window", "select_and_scatter",
+                       "scatter", "sort", "map", "fft", "cholesky", "triangular_solve", "batch_norm_training",
+                       "batch_norm_inference", "batch_norm_grad", "all_reduce", "reduce_scatter", "cross-replica-sum",
+                       "custom_call")]
     + [_CH + "top_k", _CH + "ragged_dot", "sdy.all_reduce", "sdy.reduce_scatter"])
 # custom_call targets that JAX emits as annotations: they move no data.
 FREE_CUSTOM_CALLS = frozenset(["Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "ShardBarrierFrom",
@@ -231,7 +232,8 @@ def _convolution(op: Any, ins: list[TypeInfo], outs: list[TypeInfo]) -> tuple[fl
     macs = out[dn.output_batch_dimension] * out[dn.output_feature_dimension] * rhs[
         dn.kernel_input_feature_dimension] * taps
     roles = DimRoles(op="convolution", lhs_batch=(dn.input_batch_dimension,),
-                     lhs_contracting=(dn.input_feature_dimension,), rhs_contracting=(dn.kernel_input_feature_dimension,),
+                     lhs_contracting=(dn.input_feature_dimension,),
+                     rhs_contracting=(dn.kernel_input_feature_dimension,),
                      rhs_free=(dn.kernel_output_feature_dimension,), out_batch=(dn.output_batch_dimension,),
                      out_rhs_free=(dn.output_feature_dimension,), lhs_spatial=tuple(in_sp), rhs_spatial=tuple(k_sp),
                      out_spatial=tuple(o_sp), feature_group_count=fgc, batch_group_count=bgc)

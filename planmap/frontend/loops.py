@@ -37,7 +37,7 @@ def constant_int(value: Any) -> int | None:
     if not isinstance(attr, ir.DenseIntElementsAttr):
         return None
     if attr.is_splat:
-        return int(attr.get_splat_value().value)
+        return int(ir.IntegerAttr(attr.get_splat_value()).value)
     return int(attr[0]) if len(attr) == 1 else None
 
 

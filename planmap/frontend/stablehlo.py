@@ -213,7 +213,7 @@ def _arg_names(fn: Any, block: Any) -> list[str]:
     if "arg_attrs" in fn.attributes:
         for i, d in enumerate(fn.attributes["arg_attrs"]):
             if i < len(infos) and isinstance(d, ir.DictAttr) and "jax.arg_info" in d:
-                infos[i] = d["jax.arg_info"].value
+                infos[i] = ir.StringAttr(d["jax.arg_info"]).value
     return [info if info is not None else location_name(a.location) for info, a in zip(infos, block.arguments,
                                                                                          strict=True)]
 
@@ -225,7 +225,7 @@ def _result_names(fn: Any, n: int) -> list[str]:
     if "res_attrs" in fn.attributes:
         for i, d in enumerate(fn.attributes["res_attrs"]):
             if i < n and isinstance(d, ir.DictAttr) and "jax.result_info" in d:
-                names[i] = d["jax.result_info"].value
+                names[i] = ir.StringAttr(d["jax.result_info"]).value
     return names
 
 

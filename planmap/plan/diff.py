@@ -102,12 +102,14 @@ def diff_plans(old: PlanDocument, new: PlanDocument, op_names: list[str] | None 
                         format_duration(new.predicted.objective_ns * 1e-9)))
     d.predicted.append(("step time", format_duration(old.predicted.step_time_ns * 1e-9),
                         format_duration(new.predicted.step_time_ns * 1e-9)))
-    d.predicted.append(("bytes moved", format_bytes(old.predicted.bytes_moved), format_bytes(new.predicted.bytes_moved)))
+    d.predicted.append(("bytes moved", format_bytes(old.predicted.bytes_moved),
+                        format_bytes(new.predicted.bytes_moved)))
     ma = {x.device: x.memory for x in old.predicted.devices}
     mb = {x.device: x.memory for x in new.predicted.devices}
     for dev in sorted(set(ma) | set(mb)):
         d.predicted.append((f"memory {dev}", format_bytes(ma.get(dev, 0)), format_bytes(mb.get(dev, 0))))
-    d.predicted.append(("solver", f"{old.solver.name} ({old.solver.status})", f"{new.solver.name} ({new.solver.status})"))
+    d.predicted.append(("solver", f"{old.solver.name} ({old.solver.status})",
+                        f"{new.solver.name} ({new.solver.status})"))
     return d
 
 

@@ -274,7 +274,8 @@ def load_spec(path: str | Path) -> LoadedSpec:
     diags += _header(data, pos, str(path), "PlanSpec")
     if any(d.code in ("kind", "type") for d in diags):
         raise SpecError(diags)
-    cluster_path, skip = None, ()
+    cluster_path = None
+    skip: tuple[tuple[str, ...], ...] = ()
     body = data.get("spec")
     if isinstance(body, dict) and isinstance(body.get("cluster"), str):
         ref = body["cluster"]

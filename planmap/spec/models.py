@@ -89,7 +89,8 @@ def _fail(code: str, message: str, *, at: tuple = (), got: Any = None, expected:
 
 
 # --------------------------------------------------------------------------------------- units
-def _unit_type(parser, pattern: str, examples: list[str], description: str):
+def _parsed_by(parser) -> BeforeValidator:
+    """Validation of a unit field: the parser's integer, or a "unit" error that names the value."""
     def validate(value: Any) -> int:
         try:
             return parser(value)
@@ -97,23 +98,32 @@ def _unit_type(parser, pattern: str, examples: list[str], description: str):
             raise PydanticCustomError("unit", "{message}", {"message": str(e), "expected": e.expected,
                                                             "got": value}) from None
 
-    schema = {
+    return BeforeValidator(validate)
+
+
+def _unit_schema(pattern: str, examples: list[str], description: str) -> WithJsonSchema:
+    """JSON Schema of a unit field: a non-negative integer or a string matching ``pattern``."""
+    return WithJsonSchema({
         "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": pattern}],
         "examples": examples,
         "description": description,
-    }
-    return Annotated[int, BeforeValidator(validate), WithJsonSchema(schema)]
+    })
 
 
 _NUM = r"^\s*[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?\s*"
-Bytes = _unit_type(units.parse_bytes, _NUM + r"([kKMGTPE]i?)?B?\s*$", ["80GiB", "16GB"],
-                   "A size in bytes: an integer, or a string with a unit (80GiB, 16GB, 512MiB).")
-Bandwidth = _unit_type(units.parse_bandwidth, _NUM + r"([kKMGTPE]i?)?(B/s|b/s|bps|Bps)?\s*$",
-                       ["900GB/s", "400Gb/s"], "Bytes per second: 900GB/s, 64GiB/s, or bits: 400Gb/s.")
-FlopRate = _unit_type(units.parse_flops, _NUM + r"([kKMGTPE])?(FLOP/s|FLOPS|FLOPs)?\s*$",
-                      ["989TFLOP/s", "67TFLOPS"], "Floating-point operations per second: 989TFLOP/s.")
-Duration = _unit_type(units.parse_duration, _NUM + r"(ns|us|µs|ms|s|sec|min|h)?\s*$", ["2us", "60s"],
-                      "A duration: 2us, 1.5ms, 60s, 10min; a bare number is seconds. Stored in ns.")
+# Static aliases (not built by a function) so that type checkers see them as ``int`` fields.
+Bytes = Annotated[int, _parsed_by(units.parse_bytes),
+                  _unit_schema(_NUM + r"([kKMGTPE]i?)?B?\s*$", ["80GiB", "16GB"],
+                               "A size in bytes: an integer, or a string with a unit (80GiB, 16GB, 512MiB).")]
+Bandwidth = Annotated[int, _parsed_by(units.parse_bandwidth),
+                      _unit_schema(_NUM + r"([kKMGTPE]i?)?(B/s|b/s|bps|Bps)?\s*$", ["900GB/s", "400Gb/s"],
+                                   "Bytes per second: 900GB/s, 64GiB/s, or bits: 400Gb/s.")]
+FlopRate = Annotated[int, _parsed_by(units.parse_flops),
+                     _unit_schema(_NUM + r"([kKMGTPE])?(FLOP/s|FLOPS|FLOPs)?\s*$", ["989TFLOP/s", "67TFLOPS"],
+                                  "Floating-point operations per second: 989TFLOP/s.")]
+Duration = Annotated[int, _parsed_by(units.parse_duration),
+                     _unit_schema(_NUM + r"(ns|us|µs|ms|s|sec|min|h)?\s*$", ["2us", "60s"],
+                                  "A duration: 2us, 1.5ms, 60s, 10min; a bare number is seconds. Stored in ns.")]
 
 
 def _parse_fraction(value: Any) -> float:
@@ -274,7 +284,7 @@ class ClusterBody(_Model):
 
     def device_names(self) -> list[str]:
         """Every device of the cluster, in the canonical order (hosts, then devices, then index)."""
-        out = []
+        out: list[str] = []
         for host in self.hosts:
             for hi in range(host.count):
                 for dev in host.devices:

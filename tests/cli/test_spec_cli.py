@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 
 from planmap import __version__
 from planmap.cli import main
@@ -49,8 +48,8 @@ def test_schema_check_stale(tmp_path, capsys):
     assert "make schemas" in capsys.readouterr().err
 
 
-def test_console_script_user_error_has_no_traceback(tmp_path):
-    exe = shutil.which("planmap") or str(sys.prefix + "/bin/planmap")
+def test_console_script_user_error_has_no_traceback(tmp_path, planmap_exe):
+    exe = planmap_exe
     r = subprocess.run([exe, "schema", "--check", "--out", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 1 and "Traceback" not in r.stderr and "error:" in r.stderr
     r = subprocess.run([exe, "--debug", "schema", "--check", "--out", str(tmp_path)], capture_output=True, text=True)

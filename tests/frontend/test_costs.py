@@ -130,7 +130,8 @@ def test_legacy_einsum_ops(tmp_path):
     path = tmp_path / "einsum.mlir"
     path.write_text("""
 func.func @main(%a: tensor<2x3x4xf32>, %b: tensor<2x4x5xf32>) -> tensor<2x3xf32> {
-  %0 = "stablehlo.einsum"(%a, %b) {einsum_config = "bik,bkj->bij"} : (tensor<2x3x4xf32>, tensor<2x4x5xf32>) -> tensor<2x3x5xf32>
+  %0 = "stablehlo.einsum"(%a, %b) {einsum_config = "bik,bkj->bij"}
+      : (tensor<2x3x4xf32>, tensor<2x4x5xf32>) -> tensor<2x3x5xf32>
   %1 = "stablehlo.unary_einsum"(%0) {einsum_config = "bij->bi"} : (tensor<2x3x5xf32>) -> tensor<2x3xf32>
   return %1 : tensor<2x3xf32>
 }""")

@@ -61,8 +61,8 @@ def test_values_edges_and_arguments_are_consistent(models_dir, name):
     assert all(a.value in used for a in g.args)
 
 
-@pytest.mark.parametrize("name, data", [("mlp", ["x"]), ("mlp_train", ["args[0]", "args[1]"]), ("gpt_train", ["tokens", "targets"]),
-                                        ("cnn", ["images"])])
+@pytest.mark.parametrize("name, data", [("mlp", ["x"]), ("mlp_train", ["args[0]", "args[1]"]),
+                                        ("gpt_train", ["tokens", "targets"]), ("cnn", ["images"])])
 def test_argument_roles_default_from_jax_names(models_dir, name, data):
     g = load_model(models_dir / f"{name}.mlir")
     assert [a.name for a in g.args if a.role == "data"] == data

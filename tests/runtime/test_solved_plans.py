@@ -24,8 +24,9 @@ SPECS = MODELS.parent
 def test_solved_example_plan_runs_and_verifies(spec, tmp_path, capsys):
     plan = tmp_path / f"{spec}.plan.yaml"
     # solve in its own process, as a user would (and so that one solve's imports cannot affect another's)
-    solve = subprocess.run([sys.executable, "-c", "import sys; from planmap.cli import main; sys.exit(main())", "solve", str(SPECS / f"{spec}.yaml"), "-o", str(plan),
-                            "-q"], capture_output=True, text=True, timeout=600)
+    cli = "import sys; from planmap.cli import main; sys.exit(main())"
+    solve = subprocess.run([sys.executable, "-c", cli, "solve", str(SPECS / f"{spec}.yaml"), "-o", str(plan), "-q"],
+                           capture_output=True, text=True, timeout=600)
     assert solve.returncode == 0, solve.stdout + solve.stderr
     assert main(["run", str(plan), "--steps", "1", "--verify"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out

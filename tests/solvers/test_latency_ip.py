@@ -287,16 +287,6 @@ def test_same_inputs_same_plan():
     assert np.array_equal(a.assignment, b.assignment) and a.stages == b.stages
 
 
-def test_registry_ip_throughput_without_the_throughput_ip_is_a_clean_error():
-    import importlib.util
-
-    if importlib.util.find_spec("planmap.solvers.pipeline.ip") is not None:
-        pytest.skip("the throughput IP is installed; its own tests cover it")
-    p = replace(problem(random_dag(5, seed=0), paper_topology(2, 1)), objective="throughput")
-    with pytest.raises(SolverUnavailableError, match="throughput IP"):
-        solvers.get("ip").solve(p, EXACT)
-
-
 def test_packed_splits_are_feasible_contiguous_starts_under_tight_memory():
     from planmap.solvers.latency.baselines import packed_splits
     from planmap.workloads.nets import bert, net_topology
