@@ -14,7 +14,7 @@ from planmap.solvers.pipeline.dp import ThroughputDP
 from planmap.solvers.pipeline.ip import ThroughputIP, build_model, prepare
 from planmap.workloads.graphs import layered_dag, paper_topology, profiled_graph
 
-from .test_throughput_dp import solve_dp, wide_dag
+from .test_dp import solve_dp, wide_dag
 
 EXACT = dict(rel_gap=1e-9, time_limit=60)
 
@@ -154,7 +154,7 @@ def nvlink_cluster():
 
 @pytest.mark.parametrize("contiguous", [True, False])
 def test_charges_that_depend_on_both_ends_match_exhaustive(contiguous):
-    from .test_throughput_dp import evaluate_all_orders
+    from .test_dp import evaluate_all_orders
 
     g0 = wide_dag(6, 7, p=0.4)
     s, d = g0.node_edges

@@ -14,7 +14,7 @@ from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.solvers.latency.splits import best_splits, split_dp, split_orders
 from planmap.workloads.graphs import layered_dag, paper_topology, profiled_graph
-from tests.solvers.latency_cases import bytes_graph, gpu_cluster, problem
+from tests.solvers.latency.cases import bytes_graph, gpu_cluster, problem
 
 CERT = Certificate(Status.HEURISTIC, "test")
 

@@ -20,7 +20,7 @@ from planmap.problem import Problem, Solution, SolveOptions, Status  # noqa: E40
 from planmap.solve import solve as planmap_solve  # noqa: E402
 from planmap.solvers.latency import ip as lip  # noqa: E402
 from planmap.workloads.graphs import paper_topology, random_dag  # noqa: E402
-from tests.solvers.latency_cases import bytes_graph, gpu_cluster, placements, problem  # noqa: E402
+from tests.solvers.latency.cases import bytes_graph, gpu_cluster, placements, problem  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
 

@@ -19,7 +19,7 @@ from planmap.solvers.latency import ip as lip  # noqa: E402
 from planmap.solvers.latency.cuts import memory_buckets  # noqa: E402
 from planmap.solvers.latency.data import prepare  # noqa: E402
 from planmap.workloads.graphs import paper_topology, profiled_graph, random_dag  # noqa: E402
-from tests.solvers.latency_cases import CERT, bytes_graph, gpu_cluster, placements, problem  # noqa: E402
+from tests.solvers.latency.cases import CERT, bytes_graph, gpu_cluster, placements, problem  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
 
@@ -50,7 +50,7 @@ def pcie_instance(seed: int, n: int, q: int) -> Problem:
 
     from planmap.spec.loader import load_cluster
 
-    path = Path(__file__).resolve().parents[2] / "specs" / "clusters" / "cpu-4acc-pcie.yaml"
+    path = Path(__file__).resolve().parents[3] / "specs" / "clusters" / "cpu-4acc-pcie.yaml"
     topo = Topology.from_spec(load_cluster(path).spec)
     g = bytes_graph(n, seed)
     g = replace(g, state_bytes=g.state_bytes * (2**30 // max(1, int(g.state_bytes.sum()))))
