@@ -21,6 +21,7 @@ import numpy as np
 from planmap.cluster import DTYPE_ALIASES, Topology
 from planmap.errors import InputError
 from planmap.graph import OpGraph
+from planmap.vocabulary import Mode
 
 __all__ = ["CostModel", "OPTIMIZER_STATES", "param_memory_factor"]
 
@@ -30,7 +31,7 @@ OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 def param_memory_factor(mode: str, optimizer: str) -> float:
     """Bytes held per parameter byte: the weights (inference), plus gradients and optimizer state."""
-    return 1.0 if mode == "inference" else 2.0 + OPTIMIZER_STATES[optimizer]
+    return 1.0 if mode == Mode.INFERENCE else 2.0 + OPTIMIZER_STATES[optimizer]
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -49,20 +50,20 @@ class CostModel:
 
     graph: OpGraph
     topology: Topology
-    mode: str
+    mode: Mode
     optimizer: str
     compute: np.ndarray
     kernels: np.ndarray
 
     @classmethod
-    def build(cls, graph: OpGraph, topology: Topology, *, mode: str = "inference", optimizer: str = "adam",
+    def build(cls, graph: OpGraph, topology: Topology, *, mode: str = Mode.INFERENCE, optimizer: str = "adam",
               kernels: np.ndarray | None = None) -> CostModel:
         n, types = graph.num_nodes, len(topology.type_names)
         k = np.ones(n) if kernels is None else np.asarray(kernels, float)
         compute = np.empty((n, types))
         for t in range(types):
             compute[:, t] = _type_times(graph, topology, t, k)
-        return cls(graph, topology, mode, optimizer, _ro(compute), _ro(k))
+        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k))
 
     # ------------------------------------------------------------------------------ compute
     @cached_property
@@ -142,7 +143,7 @@ class CostModel:
         consumes them (training only; zero in inference)."""
         g = self.graph
         out = np.zeros(g.num_nodes, np.int64)
-        if self.mode == "inference" or not g.backward.any():
+        if self.mode == Mode.INFERENCE or not g.backward.any():
             return _ro(out)
         src = g.edge_src
         stashed = (src >= 0) & ~g.backward[np.maximum(src, 0)] & g.backward[g.edge_dst]

@@ -26,6 +26,7 @@ import numpy as np
 
 from planmap.graph import topological_order
 from planmap.problem import Problem, Solution
+from planmap.vocabulary import Mode, ObjectiveKind, ThroughputVariant
 
 __all__ = ["Evaluation", "evaluate", "nonconvex_units", "quotient_order"]
 
@@ -154,7 +155,7 @@ def _memory(problem: Problem, group_of: np.ndarray, groups: list[tuple[int, ...]
         pairs = np.unique(np.stack([pv, group_of[pn]], 1), axis=0)
         np.add.at(mem_g, pairs[:, 1], g.value_bytes[pairs[:, 0]] * cost.param_factor)
     np.add.at(mem_g, group_of, g.state_bytes)
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         stash = np.zeros(G)
         np.add.at(stash, group_of, cost.stash_bytes)
         mem_g += stash * in_flight
@@ -196,7 +197,7 @@ def evaluate(problem: Problem, solution: Solution) -> Evaluation:
     if len(solution.assignment) != problem.graph.num_nodes:
         raise ValueError(f"evaluate requires an assignment of {problem.graph.num_nodes} nodes, "
                          f"but got {len(solution.assignment)}")
-    if problem.objective == "latency":
+    if problem.objective is ObjectiveKind.LATENCY:
         return _latency(problem, solution)
     return _throughput(problem, solution)
 
@@ -230,7 +231,7 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
     for d in range(D):
         on = [k for k in range(S) if stage_dev[k] == d and not cpu_stage[k]]
         device_chain += list(zip(on[:-1], on[1:], strict=True))
-        if not topo.is_cpu[d] and len(on) > problem.max_subgraphs and problem.objective == "latency":
+        if not topo.is_cpu[d] and len(on) > problem.max_subgraphs and problem.objective is ObjectiveKind.LATENCY:
             violations.append(f"{topo.names[d]} runs {len(on)} subgraphs, more than the allowed "
                               f"{problem.max_subgraphs}")
     stage_unit = sol.assignment
@@ -354,7 +355,7 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
     np.add.at(bw, spu[back_s], send[back_s])
     fw /= rep
     bw /= rep
-    if problem.mode == "training" and (rep > 1).any():
+    if problem.mode is Mode.TRAINING and (rep > 1).any():
         pv, pn = cost.param_use
         pairs = np.unique(np.stack([pv, group_of[pn]], 1), axis=0) if len(pv) else np.zeros((0, 2), int)
         grad = np.zeros(G)
@@ -362,7 +363,7 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
         for k, devs in enumerate(groups):
             bw[k] += cost.allreduce(grad[k], devs)
     # pipeline order (needed for 1F1B memory and for executing contiguous stages)
-    fwd = ~g.backward if (problem.mode == "training" and g.backward.any()) else None
+    fwd = ~g.backward if (problem.mode is Mode.TRAINING and g.backward.any()) else None
     order = quotient_order(g, group_of, G, mask=fwd)
     if order is None and fwd is not None:  # a non-contiguous training plan: order groups by first node
         order = [int(k) for k in np.argsort([np.flatnonzero(group_of == k).min() for k in range(G)])]
@@ -381,7 +382,7 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
     _common_checks(problem, sol, group_of, groups, violations)
     _memory_check(problem, mem, violations)
     total = fw + bw
-    if problem.variant == "max-fw-plus-max-bw":
+    if problem.variant is ThroughputVariant.MAX_FW_PLUS_MAX_BW:
         objective = float(fw.max() + bw.max()) if G else 0.0
     else:
         objective = float(total.max()) if G else 0.0

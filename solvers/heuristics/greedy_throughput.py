@@ -15,6 +15,7 @@ import numpy as np
 
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, Status
+from planmap.vocabulary import Mode, ObjectiveKind
 
 from ..node_memory import add_param_bytes
 from ..repair import repair, supported
@@ -29,7 +30,7 @@ def _unit_positions(problem: Problem) -> np.ndarray:
     other nodes (backward without a class) at their latest positioned predecessor."""
     g = problem.graph
     n = g.num_nodes
-    fwd = ~g.backward if (problem.mode == "training" and g.backward.any()) else np.ones(n, bool)
+    fwd = ~g.backward if (problem.mode is Mode.TRAINING and g.backward.any()) else np.ones(n, bool)
     seq = np.flatnonzero(fwd)
     pos = np.full(n, -1, np.int64)
     pos[seq] = np.arange(len(seq))
@@ -68,7 +69,7 @@ def _fill_tables(problem: Problem, pos: np.ndarray, m: int, devs: list[int]):
     fixed = np.zeros(m)
     np.add.at(fixed, pos, mem)
     stash = np.zeros(m)
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         np.add.at(stash, pos, cost.stash_bytes.astype(float))
     tables = {"pos": pos, "comp": comp, "bad": bad, "mem": np.concatenate([[0.0], np.cumsum(fixed)]),
               "stash": np.concatenate([[0.0], np.cumsum(stash)]),
@@ -129,7 +130,7 @@ def _fill(problem: Problem, tables, cuts, devs: list[int], m: int, bound: float,
         if support:
             ok &= bad[b] - bad[a] == 0
         if use_memory:
-            infl = problem.in_flight(j, k) if problem.objective == "throughput" else 1
+            infl = problem.in_flight(j, k) if problem.objective is ObjectiveKind.THROUGHPUT else 1
             mem = tables["mem"][b] - tables["mem"][a] + (tables["stash"][b] - tables["stash"][a]) * infl + tables["ws"]
             ok &= mem <= cap[d] * (1 + 1e-12)
         stop = np.flatnonzero(~ok)

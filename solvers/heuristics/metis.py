@@ -29,6 +29,7 @@ import numpy as np
 
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.vocabulary import ObjectiveKind
 
 from ..node_memory import add_param_bytes
 from ..repair import best_effort, repair, supported
@@ -43,7 +44,7 @@ _SCALE = 1 << 20  # integer weights are scaled to about this total per constrain
 def _targets(problem: Problem) -> list[int]:
     topo = problem.topology
     devs = [int(d) for d in (topo.accelerators if len(topo.accelerators) else topo.cpus)]
-    if problem.objective == "throughput" and problem.max_stages is not None:
+    if problem.objective is ObjectiveKind.THROUGHPUT and problem.max_stages is not None:
         devs = devs[: problem.max_stages]
     return devs
 
@@ -163,7 +164,7 @@ class Metis:
     """METIS k-way partition over the accelerators, made valid for the problem's structure."""
 
     name = "metis"
-    objectives = frozenset({"latency", "throughput"})
+    objectives = frozenset(ObjectiveKind)
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         import pymetis  # noqa: F401 - fail early (SolverUnavailableError via the registry) when missing

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from planmap.problem import Problem
+from planmap.vocabulary import ThroughputVariant
 
 from ..node_memory import node_params, stashed_bytes
 
@@ -191,7 +192,7 @@ class ThroughputLoads:
 
     def key(self) -> tuple[float, float]:
         """(objective, sum of squared loads): the second breaks ties on a plateau of the maximum."""
-        if self.problem.variant == "max-fw-plus-max-bw":
+        if self.problem.variant is ThroughputVariant.MAX_FW_PLUS_MAX_BW:
             obj = max(self.fw) + max(self.bw)
         else:
             obj = max(f + b for f, b in zip(self.fw, self.bw, strict=True))

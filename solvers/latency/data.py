@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planmap.problem import Problem
+from planmap.vocabulary import Mode
 
 from .cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, reduce_allowed, time_bounds
 
@@ -168,7 +169,7 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
         send[:, d, d] = io
     tmin = np.where(allowed, cost.device_compute, np.inf).min(axis=1) / unit if n else np.zeros(0)
     node_mem = g.state_bytes.astype(float)
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         node_mem = node_mem + cost.stash_bytes
     pv, pn = cost.param_use
     puse = np.unique(np.stack([pv, pn], 1), axis=0) if len(pv) else np.zeros((0, 2), np.int64)

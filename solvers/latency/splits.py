@@ -29,6 +29,7 @@ import numpy as np
 
 from planmap.graph import topological_order
 from planmap.problem import Certificate, Problem, Solution, Status
+from planmap.vocabulary import Mode, ObjectiveKind
 
 __all__ = ["split_dp", "split_orders", "best_splits"]
 
@@ -131,7 +132,7 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
         p = np.flatnonzero(cls == c)
         cut_ok[p[0] + 1: p[-1] + 1] = False
     node_mem = g.state_bytes.astype(float)[order]
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         node_mem = node_mem + cost.stash_bytes[order]
     pbytes = g.value_bytes.astype(float)[pvals] * cost.param_factor
     ws = cost.working_set.astype(float)[order]
@@ -242,7 +243,7 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
 def best_splits(problem: Problem) -> list[Solution]:
     """The DP's best split of each of :func:`split_orders` (feasible ones; evaluate decides which is
     fastest)."""
-    if problem.objective != "latency" or len(problem.topology.accelerators) == 0:
+    if problem.objective is not ObjectiveKind.LATENCY or len(problem.topology.accelerators) == 0:
         return []
     out = []
     for order in split_orders(problem):

@@ -45,6 +45,7 @@ import numpy as np
 from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status, relative_gap
+from planmap.vocabulary import ObjectiveKind, ThroughputVariant
 
 from .. import mip
 from .ip_data import IPData, prepare
@@ -284,7 +285,7 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
         problem.max_stages if problem.max_stages is not None else D), doc="at most maxStages stages")
 
     # ------------------------------------------------------------------------------- Objective
-    if problem.variant == "max-fw-plus-max-bw":
+    if problem.variant is ThroughputVariant.MAX_FW_PLUS_MAX_BW:
         m.time_per_sample = pyo.Objective(expr=m.Lf + m.Lb, sense=pyo.minimize, doc="largest fw + largest bw load")
     else:
         m.time_per_sample = pyo.Objective(expr=m.L, sense=pyo.minimize, doc="largest device load")
@@ -447,11 +448,9 @@ class ThroughputIP:
     ``"none"``; ``dp_share`` — share of the time limit the DP may use (default 0.3)."""
 
     name = "ip"
-    objectives = frozenset({"throughput"})
+    objectives = frozenset({ObjectiveKind.THROUGHPUT})
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
-        if problem.objective != "throughput":
-            raise PlanmapError(f"the throughput IP solves objective 'throughput', not {problem.objective!r}")
         if problem.replication:
             raise SolverUnavailableError("the throughput IP does not model replicated stages; use solver 'dp' "
                                          "(contiguous pipelines with replication)")

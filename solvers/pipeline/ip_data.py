@@ -15,6 +15,7 @@ import numpy as np
 
 from planmap.errors import PlanmapError
 from planmap.problem import Problem
+from planmap.vocabulary import Mode, Schedule
 
 from .stage_units import contiguity_mask, crossing_values, device_classes, unit_memory
 
@@ -108,8 +109,8 @@ def prepare(problem: Problem, unit: float | None = None) -> IPData:
     k = mask[s] & mask[d] & (unit_of[s] != unit_of[d])
     edges = np.unique(np.stack([unit_of[s[k]], unit_of[d[k]]], 1), axis=0) if k.any() else np.zeros((0, 2), np.int64)
     m = max(problem.microbatches, 1)
-    stash_binds = problem.mode == "training" and stash.any() and np.isfinite(problem.capacity).any()
-    varying = stash_binds and problem.schedule == "1f1b" and m > 1
+    stash_binds = problem.mode is Mode.TRAINING and stash.any() and np.isfinite(problem.capacity).any()
+    varying = stash_binds and problem.schedule is Schedule.ONE_F_ONE_B and m > 1
     fb = varying and problem.contiguous
     relaxed = varying and not problem.contiguous
     in_flight = 1.0 if varying else float(problem.in_flight(0, max(D, 1)))

@@ -31,6 +31,7 @@ from scipy.sparse.csgraph import connected_components
 from planmap.errors import PlanmapError
 from planmap.graph import topological_order
 from planmap.problem import Problem
+from planmap.vocabulary import Mode
 
 __all__ = ["Units", "DeviceClasses", "build_units", "unit_memory", "crossing_values",
            "device_classes", "allreduce_times"]
@@ -58,7 +59,7 @@ class Units:
 def contiguity_mask(problem: Problem) -> np.ndarray:
     """The nodes evaluate checks convexity on: the forward graph in training, else every node."""
     g = problem.graph
-    if problem.mode == "training" and g.backward.any():
+    if problem.mode is Mode.TRAINING and g.backward.any():
         return ~g.backward
     return np.ones(g.num_nodes, bool)
 
@@ -111,7 +112,7 @@ def unit_memory(problem: Problem, unit_of: np.ndarray, num_units: int) -> tuple[
     state = np.zeros(num_units)
     np.add.at(state, unit_of, g.state_bytes.astype(float))
     stash = np.zeros(num_units)
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         np.add.at(stash, unit_of, cost.stash_bytes.astype(float))
     ws = np.zeros(num_units)
     np.maximum.at(ws, unit_of, cost.working_set.astype(float))
