@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from planmap.cluster import DTYPE_ALIASES, Topology
+from planmap.crossings import crossings
 from planmap.errors import InputError
 from planmap.graph import OpGraph
 from planmap.vocabulary import Mode
@@ -156,10 +157,9 @@ class CostModel:
         """(n,) bytes live while a node runs: its distinct inputs (arguments excluded) and its outputs."""
         g = self.graph
         ws = g.out_bytes.astype(np.int64).copy()
-        keep = g.edge_src >= 0
-        pairs = np.unique(np.stack([g.edge_value[keep], g.edge_dst[keep]], 1), axis=0)
-        if len(pairs):
-            np.add.at(ws, pairs[:, 1], g.value_bytes[pairs[:, 0]])
+        reads = crossings(g, np.arange(g.num_nodes))  # every (value, reading node) pair
+        if len(reads):
+            np.add.at(ws, reads.consumer_group, g.value_bytes[reads.value])
         return _ro(ws)
 
     # ------------------------------------------------------------------------- collectives

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.graph import topological_order
 from planmap.problem import Problem, Solution
 from planmap.vocabulary import Mode, ObjectiveKind, ThroughputVariant
@@ -101,26 +102,6 @@ def quotient_order(graph, unit: np.ndarray, num_units: int, extra: Sequence[tupl
         keep &= mask[s] & mask[d]
     pairs = set(zip(us[keep].tolist(), ud[keep].tolist(), strict=True)) | set(extra)
     return topological_order(num_units, sorted(pairs))
-
-
-def _crossings(problem: Problem, unit: np.ndarray):
-    """Distinct (value, consumer unit) pairs whose producer is in another unit.
-
-    Returns (values, producer units, consumer units, producer nodes) of the crossing pairs.
-    """
-    g = problem.graph
-    src = g.edge_src
-    keep = src >= 0
-    val, dst = g.edge_value[keep], g.edge_dst[keep]
-    pu, cu = unit[g.value_node[val]], unit[dst]
-    cross = pu != cu
-    val, pu, cu = val[cross], pu[cross], cu[cross]
-    if len(val) == 0:
-        e = np.zeros(0, np.int64)
-        return e, e, e, e
-    key = np.unique(np.stack([val, cu], 1), axis=0)
-    val, cu = key[:, 0], key[:, 1]
-    return val, unit[g.value_node[val]], cu, g.value_node[val]
 
 
 def _charges(problem: Problem, val, pu, cu, unit_device: np.ndarray, by_device_io: bool):
@@ -216,7 +197,8 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
     # units: accelerator stages keep their id; every CPU node is its own unit S + i
     unit = np.where(cpu_stage[sol.assignment], S + np.arange(n), sol.assignment).astype(np.int64)
     unit_dev = np.concatenate([stage_dev, node_dev]).astype(np.int32)
-    val, pu, cu, _ = _crossings(problem, unit)
+    c = crossings(g, unit)
+    val, pu, cu = c.value, c.producer_group, c.consumer_group
     recv, sval, spu, send = _charges(problem, val, pu, cu, unit_dev, by_device_io=True)
     dur = np.zeros(S + n)
     np.add.at(dur, sol.assignment[~cpu_stage[sol.assignment]], t[~cpu_stage[sol.assignment]])
@@ -345,7 +327,8 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
         j = int(np.argmax(tk)) if len(tk) else 0
         bw[k] = bwk[j] if len(bwk) else 0.0
         fw[k] = (tk[j] if len(tk) else 0.0) - bw[k]
-    val, pu, cu, pnode = _crossings(problem, group_of)
+    c = crossings(g, group_of)
+    val, pu, cu, pnode = c.value, c.producer_group, c.consumer_group, c.producer
     recv, sval, spu, send = _charges(problem, val, pu, cu, first, by_device_io=False)
     back_r = g.backward[pnode]
     back_s = g.backward[g.value_node[sval]]

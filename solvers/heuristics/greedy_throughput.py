@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planmap.crossings import spans
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, Status
 from planmap.vocabulary import Mode, ObjectiveKind
@@ -75,19 +76,8 @@ def _fill_tables(problem: Problem, pos: np.ndarray, m: int, devs: list[int]):
               "stash": np.concatenate([[0.0], np.cumsum(stash)]),
               "ws": float(cost.working_set.max()) if n else 0.0}
     # values crossing cuts: span of positions of producer and consumers
-    src = g.edge_src
-    keep = src >= 0
-    val, dst = g.edge_value[keep], g.edge_dst[keep]
-    pp, cp = pos[g.value_node[val]], pos[dst]
-    lo = np.full(g.num_values, np.iinfo(np.int64).max)
-    hi = np.full(g.num_values, -1)
-    np.minimum.at(lo, val, np.minimum(pp, cp))
-    np.maximum.at(hi, val, np.maximum(pp, cp))
-    prodpos = np.full(g.num_values, -1)
-    prodpos[val] = pp
-    vals = np.flatnonzero(hi > lo)
-    forward = prodpos[vals] == lo[vals]  # data flows towards later positions
-    tables["cross"] = (vals, lo[vals], hi[vals], forward)
+    s = spans(g, pos)
+    tables["cross"] = (s.values, s.low, s.high, s.forward)
     return tables
 
 

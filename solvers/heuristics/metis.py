@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.vocabulary import ObjectiveKind
@@ -109,18 +110,13 @@ def metis_partition(problem: Problem, seed: int = 0, balance: str = "compute") -
     vw = np.zeros(V)
     np.add.at(vw, vid, node_w)
     # edge weights: transfer time of the distinct values between two vertices
-    src = g.edge_src
-    keep = src >= 0
-    val, dst = g.edge_value[keep], g.edge_dst[keep]
-    a, b = vid[g.value_node[val]], vid[dst]
-    cross = a != b
-    val, a, b = val[cross], a[cross], b[cross]
-    if len(val):
-        trip = np.unique(np.stack([val, np.minimum(a, b), np.maximum(a, b)], 1), axis=0)
+    cross = crossings(g, vid)
+    if len(cross):
+        val, a, b = cross.value, cross.producer_group, cross.consumer_group
         other = devs[1]
-        c = cost.send_cost(trip[:, 0], ref, other) + cost.recv_cost(trip[:, 0], ref, other)
-        c = np.where(c > 0, c, 1e-12 + g.value_bytes[trip[:, 0]] * 1e-15)
-        pair, inv = np.unique(trip[:, 1:], axis=0, return_inverse=True)
+        c = cost.send_cost(val, ref, other) + cost.recv_cost(val, ref, other)
+        c = np.where(c > 0, c, 1e-12 + g.value_bytes[val] * 1e-15)
+        pair, inv = np.unique(np.stack([np.minimum(a, b), np.maximum(a, b)], 1), axis=0, return_inverse=True)
         ew = np.zeros(len(pair))
         np.add.at(ew, inv.ravel(), c)
         u = np.concatenate([pair[:, 0], pair[:, 1]])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.problem import Problem
 from planmap.vocabulary import ThroughputVariant
 
@@ -36,17 +37,12 @@ class ThroughputLoads:
         self.dev = [int(d) for d in device_of]
         self.dc = cost.device_compute.tolist()
         self.back = g.backward.tolist()
-        src = g.edge_src
-        keep = src >= 0
-        pairs = np.unique(np.stack([g.edge_value[keep], g.edge_dst[keep]], 1), axis=0)
+        reads = crossings(g, np.arange(n))  # every (value, reading node) pair
         self.prod = g.value_node.tolist()
         self.consumers: dict[int, list[int]] = {}
-        self.inputs: list[list[int]] = [[] for _ in range(n)]
-        for v, c in pairs.tolist():
-            if self.prod[v] == c:
-                continue
+        for v, c in reads.pairs.tolist():
             self.consumers.setdefault(v, []).append(c)
-            self.inputs[c].append(v)
+        self.inputs = reads.inputs_of(n)
         self.outputs: list[list[int]] = [[] for _ in range(n)]
         for v in self.consumers:
             self.outputs[self.prod[v]].append(v)

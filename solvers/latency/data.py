@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.problem import Problem
 from planmap.vocabulary import Mode
 
@@ -156,10 +157,8 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     allowed = problem.allowed.copy()
     t = np.where(allowed, cost.device_compute, np.inf) / unit
     # values that cross: (value, consumer) uses of node outputs
-    keep = g.edge_src >= 0
-    pairs = np.unique(np.stack([g.edge_value[keep], g.edge_dst[keep]], 1), axis=0) if keep.any() \
-        else np.zeros((0, 2), np.int64)
-    vals, pair_val = np.unique(pairs[:, 0], return_inverse=True)
+    reads = crossings(g, np.arange(n))  # every (value, reading node) pair may cross
+    vals = reads.values
     a, b = np.meshgrid(np.arange(D), np.arange(D), indexing="ij")
     recv = cost.recv_cost(vals[:, None, None], a[None], b[None]).astype(float)
     send = cost.send_cost(vals[:, None, None], a[None], b[None]).astype(float)
@@ -180,8 +179,8 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     colocated = tuple((int(order[i]), int(order[i + 1])) for i in np.flatnonzero(same))
     H = h / unit * (1 + 1e-9) + 1e-9
     head = _head(n, g.pred, np.where(np.isfinite(tmin), tmin, 0.0))
-    val_prod = g.value_node[vals].astype(np.int64)
-    pair_val, pair_cons = pair_val.ravel().astype(np.int64), pairs[:, 1].astype(np.int64)
+    val_prod = reads.producer[reads.starts]
+    pair_val, pair_cons = reads.value_index, reads.consumer_group
     recv, send = recv / unit, send / unit
     working_set = cost.working_set.astype(float)
     param_use, param_bytes = (puse[:, 0], puse[:, 1]), g.value_bytes.astype(float) * cost.param_factor

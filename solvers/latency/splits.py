@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.graph import topological_order
 from planmap.problem import Certificate, Problem, Solution, Status
 from planmap.vocabulary import Mode, ObjectiveKind
@@ -89,15 +90,12 @@ def split_orders(problem: Problem) -> list[np.ndarray]:
 def _uses(problem: Problem, pos: np.ndarray):
     """Crossing values and parameters as (producer position or -1, sorted use positions, value id)."""
     g = problem.graph
-    keep = g.edge_src >= 0
-    pairs = np.unique(np.stack([g.edge_value[keep], pos[g.edge_dst[keep]]], 1), axis=0) if keep.any() \
-        else np.zeros((0, 2), np.int64)
-    vals, inv = np.unique(pairs[:, 0], return_inverse=True)
-    prod = pos[g.value_node[vals]]
+    reads = crossings(g, pos)  # positions are distinct, so every (value, reading position) pair
+    vals, prod = reads.values, reads.producer_group[reads.starts]
     pv, pn = problem.cost.param_use
     ppairs = np.unique(np.stack([pv, pos[pn]], 1), axis=0) if len(pv) else np.zeros((0, 2), np.int64)
     pvals, pinv = np.unique(ppairs[:, 0], return_inverse=True)
-    return (vals, prod, inv.ravel(), pairs[:, 1]), (pvals, pinv.ravel(), ppairs[:, 1])
+    return (vals, prod, reads.value_index, reads.consumer_group), (pvals, pinv.ravel(), ppairs[:, 1])
 
 
 def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = None,

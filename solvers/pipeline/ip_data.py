@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.errors import PlanmapError
 from planmap.problem import Problem
 from planmap.vocabulary import Mode, Schedule
 
-from .stage_units import contiguity_mask, crossing_values, device_classes, unit_memory
+from .stage_units import contiguity_mask, device_classes, unit_memory
 
 __all__ = ["IPData", "prepare", "interchangeable"]
 
@@ -72,7 +73,8 @@ def prepare(problem: Problem, unit: float | None = None) -> IPData:
     tf, tb = np.zeros((U, D)), np.zeros((U, D))
     np.add.at(tf, unit_of[~g.backward], t[~g.backward])
     np.add.at(tb, unit_of[g.backward], t[g.backward])
-    pairs, vals, starts = crossing_values(problem, unit_of)
+    cross = crossings(g, unit_of)
+    pairs, vals, starts = cross.pairs, cross.values, cross.starts
     ends = np.append(starts[1:], len(pairs)).astype(np.int64)
     cons = [pairs[a:b, 1] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
     pair_recv = pair_send = None
