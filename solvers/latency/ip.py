@@ -87,7 +87,7 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     xs = dt.allowed[:, unit_dev]  # (n, U) x exists
     src, dst = dt.edges
     m = pyo.ConcreteModel(name=f"latency-ip:{problem.name}")
-    m.time_unit = dt.unit
+    m.time_unit = dt.time_scale
     m.data = dt
 
     def lin(coefs, vars_, const=0.0):

@@ -67,7 +67,7 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
     from pyomo.core.expr.numeric_expr import LinearExpression
 
     dt = data if data is not None else prepare(problem)
-    U, D, u = dt.U, dt.D, dt.unit
+    U, D, u = dt.U, dt.D, dt.time_scale
     V = len(dt.val_prod)
     H = (horizon / u) * (1 + 1e-6) if horizon is not None and math.isfinite(horizon) else None
     m = pyo.ConcreteModel(name=f"throughput-ip:{problem.name}")
@@ -342,7 +342,7 @@ def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
     dev, order = can
     if (~dt.allowed[np.arange(dt.U), dev]).any():
         return False
-    D, u = dt.D, dt.unit
+    D, u = dt.D, dt.time_scale
     X = np.zeros((dt.U, D), bool)
     X[np.arange(dt.U), dev] = True
     for (a, d), var in model.x.items():
@@ -461,7 +461,7 @@ class ThroughputIP:
                                                         if k not in _OWN_KEYS})
         start, start_name, notes = self._start(problem, options, own)
         start_obj = evaluate(problem, start).objective if start is not None else None
-        dt = prepare(problem, unit=start_obj / max(problem.num_devices, 1) if start_obj else None)
+        dt = prepare(problem, time_scale=start_obj / max(problem.num_devices, 1) if start_obj else None)
         tb = time.perf_counter()
         model = build_model(problem, data=dt, horizon=start_obj)
         build_time = time.perf_counter() - tb

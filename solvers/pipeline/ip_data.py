@@ -52,10 +52,10 @@ class IPData:
     relaxed: bool  # 1F1B in non-contiguous mode: one microbatch in flight (a relaxation; see ThroughputIP)
     microbatches: int
     ordered: bool  # order variables (contiguous mode)
-    unit: float  # seconds per model time unit
+    time_scale: float  # seconds per model time unit
 
 
-def prepare(problem: Problem, unit: float | None = None) -> IPData:
+def prepare(problem: Problem, time_scale: float | None = None) -> IPData:
     g, cost = problem.graph, problem.cost
     n, D = g.num_nodes, problem.num_devices
     cls = g.colocation.astype(np.int64)
@@ -116,13 +116,13 @@ def prepare(problem: Problem, unit: float | None = None) -> IPData:
     fb = varying and problem.contiguous
     relaxed = varying and not problem.contiguous
     in_flight = 1.0 if varying else float(problem.in_flight(0, max(D, 1)))
-    if unit is None:
-        unit = float(max(tf.sum(0).max() + tb.sum(0).max(), 1e-30)) / max(D, 1)
+    if time_scale is None:
+        time_scale = float(max(tf.sum(0).max() + tb.sum(0).max(), 1e-30)) / max(D, 1)
     return IPData(unit_of, U, D, allowed, tf, tb, unit_of[g.value_node[vals]] if len(vals) else np.zeros(0, np.int64),
                   cons, g.backward[g.value_node[vals]] if len(vals) else np.zeros(0, bool), recv, send, pair_recv,
                   pair_send, params, state,
                   stash, ws, problem.capacity.copy(), edges, classes,
-                  in_flight, bool(fb), bool(relaxed), m, bool(problem.contiguous), unit)
+                  in_flight, bool(fb), bool(relaxed), m, bool(problem.contiguous), time_scale)
 
 
 
