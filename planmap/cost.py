@@ -19,8 +19,10 @@ from functools import cached_property
 import numpy as np
 
 from planmap.cluster import DTYPE_ALIASES, Topology
+from planmap.crossings import crossings
 from planmap.errors import InputError
 from planmap.graph import OpGraph
+from planmap.vocabulary import Mode
 
 __all__ = ["CostModel", "OPTIMIZER_STATES", "param_memory_factor"]
 
@@ -30,7 +32,7 @@ OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 def param_memory_factor(mode: str, optimizer: str) -> float:
     """Bytes held per parameter byte: the weights (inference), plus gradients and optimizer state."""
-    return 1.0 if mode == "inference" else 2.0 + OPTIMIZER_STATES[optimizer]
+    return 1.0 if mode == Mode.INFERENCE else 2.0 + OPTIMIZER_STATES[optimizer]
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -49,20 +51,20 @@ class CostModel:
 
     graph: OpGraph
     topology: Topology
-    mode: str
+    mode: Mode
     optimizer: str
     compute: np.ndarray
     kernels: np.ndarray
 
     @classmethod
-    def build(cls, graph: OpGraph, topology: Topology, *, mode: str = "inference", optimizer: str = "adam",
+    def build(cls, graph: OpGraph, topology: Topology, *, mode: str = Mode.INFERENCE, optimizer: str = "adam",
               kernels: np.ndarray | None = None) -> CostModel:
         n, types = graph.num_nodes, len(topology.type_names)
         k = np.ones(n) if kernels is None else np.asarray(kernels, float)
         compute = np.empty((n, types))
         for t in range(types):
             compute[:, t] = _type_times(graph, topology, t, k)
-        return cls(graph, topology, mode, optimizer, _ro(compute), _ro(k))
+        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k))
 
     # ------------------------------------------------------------------------------ compute
     @cached_property
@@ -142,7 +144,7 @@ class CostModel:
         consumes them (training only; zero in inference)."""
         g = self.graph
         out = np.zeros(g.num_nodes, np.int64)
-        if self.mode == "inference" or not g.backward.any():
+        if self.mode == Mode.INFERENCE or not g.backward.any():
             return _ro(out)
         src = g.edge_src
         stashed = (src >= 0) & ~g.backward[np.maximum(src, 0)] & g.backward[g.edge_dst]
@@ -155,10 +157,9 @@ class CostModel:
         """(n,) bytes live while a node runs: its distinct inputs (arguments excluded) and its outputs."""
         g = self.graph
         ws = g.out_bytes.astype(np.int64).copy()
-        keep = g.edge_src >= 0
-        pairs = np.unique(np.stack([g.edge_value[keep], g.edge_dst[keep]], 1), axis=0)
-        if len(pairs):
-            np.add.at(ws, pairs[:, 1], g.value_bytes[pairs[:, 0]])
+        reads = crossings(g, np.arange(g.num_nodes))  # every (value, reading node) pair
+        if len(reads):
+            np.add.at(ws, reads.consumer_group, g.value_bytes[reads.value])
         return _ro(ws)
 
     # ------------------------------------------------------------------------- collectives

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.graph import topological_order
 from planmap.problem import Problem, Solution
+from planmap.vocabulary import Mode, ObjectiveKind, ThroughputVariant
 
 __all__ = ["Evaluation", "evaluate", "nonconvex_units", "quotient_order"]
 
@@ -102,26 +104,6 @@ def quotient_order(graph, unit: np.ndarray, num_units: int, extra: Sequence[tupl
     return topological_order(num_units, sorted(pairs))
 
 
-def _crossings(problem: Problem, unit: np.ndarray):
-    """Distinct (value, consumer unit) pairs whose producer is in another unit.
-
-    Returns (values, producer units, consumer units, producer nodes) of the crossing pairs.
-    """
-    g = problem.graph
-    src = g.edge_src
-    keep = src >= 0
-    val, dst = g.edge_value[keep], g.edge_dst[keep]
-    pu, cu = unit[g.value_node[val]], unit[dst]
-    cross = pu != cu
-    val, pu, cu = val[cross], pu[cross], cu[cross]
-    if len(val) == 0:
-        e = np.zeros(0, np.int64)
-        return e, e, e, e
-    key = np.unique(np.stack([val, cu], 1), axis=0)
-    val, cu = key[:, 0], key[:, 1]
-    return val, unit[g.value_node[val]], cu, g.value_node[val]
-
-
 def _charges(problem: Problem, val, pu, cu, unit_device: np.ndarray, by_device_io: bool):
     """Receive charge per crossing pair, and send charge per (value, producer unit) as the max over
     destinations. With ``by_device_io``, a crossing between units on one host-memory device is paid at
@@ -154,7 +136,7 @@ def _memory(problem: Problem, group_of: np.ndarray, groups: list[tuple[int, ...]
         pairs = np.unique(np.stack([pv, group_of[pn]], 1), axis=0)
         np.add.at(mem_g, pairs[:, 1], g.value_bytes[pairs[:, 0]] * cost.param_factor)
     np.add.at(mem_g, group_of, g.state_bytes)
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         stash = np.zeros(G)
         np.add.at(stash, group_of, cost.stash_bytes)
         mem_g += stash * in_flight
@@ -196,7 +178,7 @@ def evaluate(problem: Problem, solution: Solution) -> Evaluation:
     if len(solution.assignment) != problem.graph.num_nodes:
         raise ValueError(f"evaluate requires an assignment of {problem.graph.num_nodes} nodes, "
                          f"but got {len(solution.assignment)}")
-    if problem.objective == "latency":
+    if problem.objective is ObjectiveKind.LATENCY:
         return _latency(problem, solution)
     return _throughput(problem, solution)
 
@@ -215,7 +197,8 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
     # units: accelerator stages keep their id; every CPU node is its own unit S + i
     unit = np.where(cpu_stage[sol.assignment], S + np.arange(n), sol.assignment).astype(np.int64)
     unit_dev = np.concatenate([stage_dev, node_dev]).astype(np.int32)
-    val, pu, cu, _ = _crossings(problem, unit)
+    c = crossings(g, unit)
+    val, pu, cu = c.value, c.producer_group, c.consumer_group
     recv, sval, spu, send = _charges(problem, val, pu, cu, unit_dev, by_device_io=True)
     dur = np.zeros(S + n)
     np.add.at(dur, sol.assignment[~cpu_stage[sol.assignment]], t[~cpu_stage[sol.assignment]])
@@ -230,7 +213,7 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
     for d in range(D):
         on = [k for k in range(S) if stage_dev[k] == d and not cpu_stage[k]]
         device_chain += list(zip(on[:-1], on[1:], strict=True))
-        if not topo.is_cpu[d] and len(on) > problem.max_subgraphs and problem.objective == "latency":
+        if not topo.is_cpu[d] and len(on) > problem.max_subgraphs and problem.objective is ObjectiveKind.LATENCY:
             violations.append(f"{topo.names[d]} runs {len(on)} subgraphs, more than the allowed "
                               f"{problem.max_subgraphs}")
     stage_unit = sol.assignment
@@ -344,7 +327,8 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
         j = int(np.argmax(tk)) if len(tk) else 0
         bw[k] = bwk[j] if len(bwk) else 0.0
         fw[k] = (tk[j] if len(tk) else 0.0) - bw[k]
-    val, pu, cu, pnode = _crossings(problem, group_of)
+    c = crossings(g, group_of)
+    val, pu, cu, pnode = c.value, c.producer_group, c.consumer_group, c.producer
     recv, sval, spu, send = _charges(problem, val, pu, cu, first, by_device_io=False)
     back_r = g.backward[pnode]
     back_s = g.backward[g.value_node[sval]]
@@ -354,7 +338,7 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
     np.add.at(bw, spu[back_s], send[back_s])
     fw /= rep
     bw /= rep
-    if problem.mode == "training" and (rep > 1).any():
+    if problem.mode is Mode.TRAINING and (rep > 1).any():
         pv, pn = cost.param_use
         pairs = np.unique(np.stack([pv, group_of[pn]], 1), axis=0) if len(pv) else np.zeros((0, 2), int)
         grad = np.zeros(G)
@@ -362,7 +346,7 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
         for k, devs in enumerate(groups):
             bw[k] += cost.allreduce(grad[k], devs)
     # pipeline order (needed for 1F1B memory and for executing contiguous stages)
-    fwd = ~g.backward if (problem.mode == "training" and g.backward.any()) else None
+    fwd = ~g.backward if (problem.mode is Mode.TRAINING and g.backward.any()) else None
     order = quotient_order(g, group_of, G, mask=fwd)
     if order is None and fwd is not None:  # a non-contiguous training plan: order groups by first node
         order = [int(k) for k in np.argsort([np.flatnonzero(group_of == k).min() for k in range(G)])]
@@ -381,7 +365,7 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
     _common_checks(problem, sol, group_of, groups, violations)
     _memory_check(problem, mem, violations)
     total = fw + bw
-    if problem.variant == "max-fw-plus-max-bw":
+    if problem.variant is ThroughputVariant.MAX_FW_PLUS_MAX_BW:
         objective = float(fw.max() + bw.max()) if G else 0.0
     else:
         objective = float(total.max()) if G else 0.0

@@ -15,6 +15,7 @@ import numpy as np
 from planmap.evaluate import Evaluation
 from planmap.plan.document import PlanDocument
 from planmap.problem import Problem, Solution
+from planmap.vocabulary import ObjectiveKind
 
 __all__ = ["Blocks", "pipeline_blocks", "latency_blocks", "draw"]
 
@@ -120,7 +121,7 @@ def draw(path: str | Path, doc: PlanDocument, problem: Problem, solution: Soluti
     import matplotlib.pyplot as plt
 
     topo = problem.topology
-    if problem.objective == "latency":
+    if problem.objective is ObjectiveKind.LATENCY:
         blocks = latency_blocks(problem, solution, ev)
         title = f"single-stream latency {ev.objective * 1e3:.3g} ms"
     else:

@@ -28,6 +28,7 @@ import numpy as np
 from planmap.cluster import Topology
 from planmap.cost import CostModel
 from planmap.graph import OpGraph
+from planmap.vocabulary import Mode, ObjectiveKind, Schedule, ThroughputVariant
 
 __all__ = [
     "Status",
@@ -190,6 +191,19 @@ class SolveOptions:
     warm_start: Solution | None = None
     progress: Progress | None = None
 
+    @classmethod
+    def from_spec(cls, solver: Any, **overrides: Any) -> SolveOptions:
+        """Options from a spec's ``solver`` section (:class:`planmap.spec.models.SolverConfig`).
+
+        ``overrides`` that are not None win over the spec — CLI flags, or the options a plan recorded —
+        so every caller resolves "flag, else spec" the same way.
+        """
+        options: dict[str, Any] = dict(time_limit=solver.time_limit / 1e9, rel_gap=solver.rel_gap,
+                                       threads=solver.threads, seed=solver.seed, backend=solver.backend,
+                                       passthrough=dict(solver.options))
+        options.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**options)
+
 
 class Progress(Protocol):
     """Receives anytime updates from a long solve (the CLI shows them as a live line)."""
@@ -203,7 +217,7 @@ class Solver(Protocol):
     """What a solver module registers: a name, the objectives it handles, and ``solve``."""
 
     name: str
-    objectives: frozenset[str]
+    objectives: frozenset[ObjectiveKind]
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         ...
@@ -223,14 +237,14 @@ class Problem:
     graph: OpGraph
     topology: Topology
     cost: CostModel
-    objective: str = "throughput"  # "latency" | "throughput"
-    variant: str = "max-load"  # throughput: "max-load" | "max-fw-plus-max-bw"
-    mode: str = "inference"
+    objective: ObjectiveKind = ObjectiveKind.THROUGHPUT
+    variant: ThroughputVariant = ThroughputVariant.MAX_LOAD  # how a training bottleneck is measured
+    mode: Mode = Mode.INFERENCE
     contiguous: bool = True
     max_subgraphs: int = 1
     max_stages: int | None = None
     memory_headroom: float = 0.0
-    schedule: str = "gpipe"
+    schedule: Schedule = Schedule.GPIPE  # GPIPE or ONE_F_ONE_B (the assembly resolves AUTO)
     microbatches: int = 1
     replication: bool = False
     batch_size: int | None = None  # samples per microbatch (the artifact's data batch), when known
@@ -239,6 +253,13 @@ class Problem:
     spec: Any = None  # LoadedSpec when built from a spec file
 
     def __post_init__(self) -> None:
+        # strings are accepted (tests, benchmarks) and normalised to the shared vocabulary
+        object.__setattr__(self, "objective", ObjectiveKind(self.objective))
+        object.__setattr__(self, "variant", ThroughputVariant(self.variant))
+        object.__setattr__(self, "mode", Mode(self.mode))
+        object.__setattr__(self, "schedule", Schedule(self.schedule))
+        if self.schedule is Schedule.AUTO:
+            raise ValueError("Problem.schedule requires gpipe or 1f1b, but got auto (resolve it from the mode)")
         allowed = self.cost.supported.copy() if self.allowed is None else np.asarray(self.allowed, bool)
         if allowed.shape != (self.graph.num_nodes, self.topology.num_devices):
             raise ValueError(f"Problem.allowed requires shape {(self.graph.num_nodes, self.topology.num_devices)}")
@@ -261,15 +282,15 @@ class Problem:
 
     def in_flight(self, position: int, num_stages: int) -> int:
         """Microbatches whose activations a pipeline stage holds at once under the schedule."""
-        if self.mode == "inference":
+        if self.mode is Mode.INFERENCE:
             return 1
-        if self.schedule == "1f1b":
+        if self.schedule is Schedule.ONE_F_ONE_B:
             return max(1, min(self.microbatches, num_stages - position))
         return self.microbatches
 
     @classmethod
-    def from_graph(cls, graph: OpGraph, topology: Topology, *, objective: str = "throughput",
-                   mode: str = "inference", optimizer: str = "adam", **kwargs: Any) -> Problem:
+    def from_graph(cls, graph: OpGraph, topology: Topology, *, objective: str = ObjectiveKind.THROUGHPUT,
+                   mode: str = Mode.INFERENCE, optimizer: str = "adam", **kwargs: Any) -> Problem:
         """A problem without a spec file (tests, benchmarks, profiled graphs)."""
         cost = CostModel.build(graph, topology, mode=mode, optimizer=optimizer)
         return cls(name=graph.name, graph=graph, topology=topology, cost=cost, objective=objective, mode=mode,

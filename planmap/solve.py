@@ -18,6 +18,7 @@ from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.evaluate import Evaluation, evaluate
 from planmap.problem import Problem, Solution, SolveOptions, Status, relative_gap
 from planmap.units import format_bytes
+from planmap.vocabulary import Mode
 
 __all__ = ["SolveResult", "solve", "memory_precheck", "CLAIM_TOLERANCE"]
 
@@ -43,7 +44,7 @@ def memory_precheck(problem: Problem) -> None:
     need = params + float(g.state_bytes.sum())
     if np.isfinite(cap).all() and need > cap.sum():
         raise InfeasibleError(
-            f"{problem.name} cannot fit: parameters{' + gradients + optimizer state' if problem.mode == 'training' else ''}"
+            f"{problem.name} cannot fit: parameters{' + gradients + optimizer state' if problem.mode is Mode.TRAINING else ''}"
             f" and state need {format_bytes(need)}, the cluster has {format_bytes(cap.sum())} usable "
             f"({len(cap)} devices x {format_bytes(cap.max())} after memoryHeadroom {problem.memory_headroom:.0%}); "
             "binding constraint: device memory")

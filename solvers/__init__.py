@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.problem import Problem, Solver
+from planmap.vocabulary import ObjectiveKind
 
 __all__ = ["BUILTIN", "SolverInfo", "available", "get", "names", "auto_candidates"]
 
@@ -98,7 +99,7 @@ def auto_candidates(problem: Problem) -> list[str]:
 
     Exact methods first (they warm-start from heuristics themselves); then heuristics.
     """
-    if problem.objective == "latency":
+    if problem.objective is ObjectiveKind.LATENCY:
         return ["ip", "local-search", "greedy", "even"]
     if problem.contiguous and not problem.replication:
         return ["dp", "ip", "local-search", "even"]

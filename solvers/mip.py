@@ -50,7 +50,7 @@ import numpy as np
 
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
-from planmap.problem import Problem, Solution, SolveOptions, Status
+from planmap.problem import Problem, Solution, SolveOptions, Status, relative_gap
 
 __all__ = [
     "Backend",
@@ -467,7 +467,7 @@ def _solve_contrib(model, options: SolveOptions, backend: Backend, warm_start: b
     termination = str(res.termination_condition.name)
     has = res.incumbent_objective is not None
     incumbent, bound = res.incumbent_objective, res.objective_bound
-    gap = _gap(incumbent, bound)
+    gap = _gap(incumbent, bound, rec.sense)
     if has:
         res.solution_loader.load_vars()
         rec.observe(incumbent, bound, "final")
@@ -519,7 +519,7 @@ def _solve_legacy(model, options: SolveOptions, backend: Backend, warm_start: bo
         if incumbent is None:
             objs = list(model.component_data_objects(pyo.Objective, active=True))
             incumbent = float(pyo.value(objs[0]))
-    gap = _gap(incumbent, bound)
+    gap = _gap(incumbent, bound, rec.sense)
     rec.observe(incumbent, bound, "final")
     return MipResult(
         backend=backend.name, version=f"{backend.pyomo_name} {'.'.join(map(str, opt.version() or ()))}",
@@ -548,7 +548,8 @@ def _finite(v) -> float | None:
     return f if math.isfinite(f) and abs(f) < 1e30 else None
 
 
-def _gap(incumbent: float | None, bound: float | None) -> float | None:
+def _gap(incumbent: float | None, bound: float | None, sense: float) -> float | None:
+    """:func:`planmap.problem.relative_gap` in the model's sense (``sense`` -1 for a maximisation)."""
     if incumbent is None or bound is None:
         return None
-    return abs(incumbent - bound) / max(abs(incumbent), 1e-10)
+    return relative_gap(sense * incumbent, sense * bound)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from planmap.problem import Problem
+from planmap.vocabulary import Mode, ObjectiveKind
 
 __all__ = ["node_params", "add_param_bytes", "stashed_bytes", "node_memory"]
 
@@ -51,7 +52,7 @@ def add_param_bytes(problem: Problem, out: np.ndarray) -> np.ndarray:
 def stashed_bytes(problem: Problem) -> np.ndarray:
     """(n,) activation bytes each node keeps per in-flight microbatch: the stash in training, none in
     inference (nothing waits for a backward pass)."""
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         return problem.cost.stash_bytes.astype(float)
     return np.zeros(problem.graph.num_nodes)
 
@@ -60,8 +61,9 @@ def node_memory(problem: Problem) -> tuple[np.ndarray, float]:
     """Conservative per-node bytes (parameters counted at every use) and the largest working set."""
     g, cost = problem.graph, problem.cost
     mem = add_param_bytes(problem, g.state_bytes.astype(float).copy())
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         stash = cost.stash_bytes.astype(float)
-        mem += stash * (problem.in_flight(0, max(1, problem.num_devices)) if problem.objective == "throughput" else 1)
+        pipelined = problem.objective is ObjectiveKind.THROUGHPUT
+        mem += stash * (problem.in_flight(0, max(1, problem.num_devices)) if pipelined else 1)
     ws = float(cost.working_set.max()) if g.num_nodes else 0.0
     return mem, ws

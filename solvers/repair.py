@@ -25,6 +25,7 @@ import numpy as np
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import Evaluation, evaluate, nonconvex_units, quotient_order
 from planmap.problem import Certificate, Problem, Solution, SolveOptions
+from planmap.vocabulary import ObjectiveKind
 
 from .node_memory import node_memory
 from .segments import forward_mask, solution_from_devices, split_pieces
@@ -53,7 +54,7 @@ def contiguous_repair(problem: Problem, device_of: np.ndarray, *, devices=None, 
     if n == 0:
         return device_of.astype(np.int32)
     mask = forward_mask(problem)
-    latency = problem.objective == "latency"
+    latency = problem.objective is ObjectiveKind.LATENCY
     pieces = split_pieces(problem, device_of, mask=mask, cpu_parallel=latency)
     active = np.ones(n, bool) if mask is None else mask
     P = len(pieces.piece_device)
@@ -234,7 +235,7 @@ def repair(problem: Problem, device_of: np.ndarray) -> np.ndarray:
     contiguous pipelines — convex stages. Unchanged when already valid."""
     device_of = np.asarray(device_of, np.int32)
     topo = problem.topology
-    if problem.objective == "latency":
+    if problem.objective is ObjectiveKind.LATENCY:
         counts = split_pieces(problem, device_of, cpu_parallel=True).counts(topo.num_devices)
         if (counts[~topo.is_cpu] <= problem.max_subgraphs).all():
             return device_of
@@ -298,7 +299,7 @@ def single_device(problem: Problem, certificate: Certificate) -> tuple[Solution,
         if not problem.allowed[:, d].all():
             continue
         sol = Solution.from_devices(problem, np.full(problem.graph.num_nodes, d, np.int32), certificate,
-                                    schedule=problem.schedule if problem.objective == "throughput" else None,
+                                    schedule=problem.schedule if problem.objective is ObjectiveKind.THROUGHPUT else None,
                                     microbatches=max(problem.microbatches, 1))
         ev = evaluate(problem, sol)
         key = (not ev.feasible, ev.objective)

@@ -28,6 +28,7 @@ import numpy as np
 
 from planmap.evaluate import quotient_order
 from planmap.problem import Certificate, Problem, Solution, Stage, Status
+from planmap.vocabulary import Mode, ObjectiveKind
 
 __all__ = [
     "Pieces",
@@ -61,7 +62,7 @@ class Pieces:
 def forward_mask(problem: Problem) -> np.ndarray | None:
     """The nodes whose edges define contiguity: the forward graph in training, else all (None)."""
     g = problem.graph
-    if problem.mode == "training" and g.backward.any():
+    if problem.mode is Mode.TRAINING and g.backward.any():
         return ~g.backward
     return None
 
@@ -167,7 +168,7 @@ def split_pieces(problem: Problem, device_of: np.ndarray, order=None, *, mask: n
     n = g.num_nodes
     device_of = np.asarray(device_of, np.int64)
     if cpu_parallel is None:
-        cpu_parallel = problem.objective == "latency"
+        cpu_parallel = problem.objective is ObjectiveKind.LATENCY
     active = np.ones(n, bool) if mask is None else np.asarray(mask, bool)
     parallel = problem.topology.is_cpu[device_of] if cpu_parallel else np.zeros(n, bool)
     rank = np.arange(n, dtype=np.int64)
@@ -336,7 +337,7 @@ def solution_from_devices(problem: Problem, device_of: np.ndarray, certificate: 
                           adjacency_lists=None) -> Solution:
     """The Solution of a device assignment for the problem's objective: latency -> convex subgraph
     stages (:func:`segments_from_devices`); throughput -> one pipeline stage per device."""
-    if problem.objective == "latency":
+    if problem.objective is ObjectiveKind.LATENCY:
         return segments_from_devices(problem, device_of, order, certificate=certificate,
                                      adjacency_lists=adjacency_lists)
     return Solution.from_devices(problem, np.asarray(device_of, np.int32), certificate,

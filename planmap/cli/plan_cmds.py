@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planmap.errors import PlanmapError
+from planmap.vocabulary import ObjectiveKind
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -29,7 +30,7 @@ def _summary(problem, solution, ev, plan_path: Path | None, wall: float) -> None
     t = Table(title=f"{problem.name}: {problem.objective} plan, {solution.num_stages} stage(s)", title_justify="left")
     for col in ("stage", "devices", "nodes", "ops", "load", "memory / usable"):
         t.add_column(col, justify="right" if col in ("nodes", "ops", "load") else "left")
-    order = list(ev.stage_order) if problem.objective == "throughput" else range(solution.num_stages)
+    order = list(ev.stage_order) if problem.objective is ObjectiveKind.THROUGHPUT else range(solution.num_stages)
     for k in order:
         nodes = solution.assignment == k
         if not nodes.any():
@@ -43,10 +44,10 @@ def _summary(problem, solution, ev, plan_path: Path | None, wall: float) -> None
                   _fmt_t(ev.load[d]), mem)
     out.print(t)
     c = solution.certificate
-    what = "latency" if problem.objective == "latency" else "time per microbatch (bottleneck)"
+    what = "latency" if problem.objective is ObjectiveKind.LATENCY else "time per microbatch (bottleneck)"
     out.print(f"predicted {what}: [bold]{_fmt_t(ev.objective)}[/]"
               + (f", step {_fmt_t(ev.step_time)} for {max(1, solution.microbatches)} microbatch(es)"
-                 if problem.objective == "throughput" else ""))
+                 if problem.objective is ObjectiveKind.THROUGHPUT else ""))
     bound = f", bound {_fmt_t(c.bound)}" if c.bound is not None else ""
     gap = f", gap {c.gap:.2%}" if c.gap is not None else ""
     out.print(f"certificate: [bold]{c.status}[/] by {c.solver}{f' ({c.backend})' if c.backend else ''}{bound}{gap}; "
@@ -115,9 +116,8 @@ def solve(
         problem = build_problem(loaded)
         if status is not None:
             status.update(f"solving ({problem.graph.num_nodes} nodes on {problem.topology.num_devices} devices)")
-        options = SolveOptions(time_limit=limit_ns / 1e9, rel_gap=cfg.rel_gap if gap is None else gap,
-                               threads=threads or cfg.threads, seed=cfg.seed, backend=cfg.backend,
-                               passthrough=dict(cfg.options), progress=_LiveProgress(status) if status else None)
+        options = SolveOptions.from_spec(cfg, time_limit=limit_ns / 1e9, rel_gap=gap, threads=threads or None,
+                                         progress=_LiveProgress(status) if status else None)
         result = run_solve(problem, solver or cfg.name, options)
         doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=loaded, plan_path=plan_path)
         plan_mod.save(doc, plan_path, header_lines=plan_mod.header(spec, plan_path, extra))

@@ -198,10 +198,8 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
 def _options_from_plan(spec, doc: PlanDocument):
     from planmap.problem import SolveOptions
 
-    s = spec.spec.solver
     o = doc.solver.options
-    return SolveOptions(time_limit=float(o.get("time_limit", s.time_limit / 1e9)),
-                        rel_gap=float(o.get("rel_gap", s.rel_gap)), threads=int(o.get("threads", s.threads)),
-                        seed=int(o.get("seed", s.seed)), backend=str(o.get("backend", s.backend)),
-                        passthrough=dict(s.options))
+    recorded = {k: kind(o[k]) for k, kind in (("time_limit", float), ("rel_gap", float), ("threads", int),
+                                              ("seed", int), ("backend", str)) if k in o}
+    return SolveOptions.from_spec(spec.spec.solver, **recorded)
 

@@ -34,6 +34,7 @@ from planmap.plan.document import (
     StageMesh,
 )
 from planmap.problem import Certificate, Problem, Shardings, Solution, Stage, Status
+from planmap.vocabulary import ObjectiveKind
 
 __all__ = ["make_plan", "to_solution", "document", "plan_input", "stage_mesh", "shardings_doc", "op_ranges",
            "ranges_to_ids", "ns"]
@@ -127,7 +128,8 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
               plan_path: Path, name: str | None = None) -> PlanDocument:
     """The plan document of ``solution`` (evaluated as ``evaluation``), with inputs relative to ``plan_path``."""
     g, topo = problem.graph, problem.topology
-    order = list(evaluation.stage_order) if problem.objective == "throughput" else list(range(solution.num_stages))
+    throughput = problem.objective is ObjectiveKind.THROUGHPUT
+    order = list(evaluation.stage_order) if throughput else list(range(solution.num_stages))
     stages = []
     for k in order:
         nodes = np.flatnonzero(solution.assignment == k)
@@ -161,7 +163,6 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
                        gap=None if cert.gap is None else round(float(cert.gap), 6),
                        options={k: v for k, v in sorted(cert.options.items())}, message=cert.message)
     data_args = [a.index for a in problem.original.args if a.role == "data"]
-    throughput = problem.objective == "throughput"
     return document(
         name=name or problem.name, generator=f"planmap {__version__}", objective=problem.objective,
         variant=problem.variant if throughput else None, mode=problem.mode,

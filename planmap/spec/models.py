@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from planmap import units
+from planmap.vocabulary import Mode, ObjectiveKind, Schedule, ThroughputVariant
 
 API_VERSION = "planmap.dev/v1alpha1"
 
@@ -316,11 +317,6 @@ class ModelFormat(enum.StrEnum):
     OPGRAPH = "opgraph"
 
 
-class Mode(enum.StrEnum):
-    INFERENCE = "inference"
-    TRAINING = "training"
-
-
 class Optimizer(enum.StrEnum):
     """Optimizer whose state is kept per parameter in training (memory only)."""
 
@@ -387,16 +383,6 @@ class ModelSource(_Model):
 
 
 # ----------------------------------------------------------------------------------- objective
-class ObjectiveKind(enum.StrEnum):
-    LATENCY = "latency"
-    THROUGHPUT = "throughput"
-
-
-class ThroughputVariant(enum.StrEnum):
-    MAX_LOAD = "max-load"
-    MAX_FW_PLUS_MAX_BW = "max-fw-plus-max-bw"
-
-
 class Objective(_Model):
     kind: ObjectiveKind = Field(description="latency: one sample through the model as fast as possible; "
                                 "throughput: pipelined samples per second (minimise the busiest device).")
@@ -422,12 +408,6 @@ class SolverConfig(_Model):
 class Placement(enum.StrEnum):
     CONTIGUOUS = "contiguous"
     NON_CONTIGUOUS = "non-contiguous"
-
-
-class Schedule(enum.StrEnum):
-    AUTO = "auto"
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
 
 
 class Replication(enum.StrEnum):

@@ -19,6 +19,7 @@ import numpy as np
 
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.vocabulary import ObjectiveKind
 
 from ..repair import follow_colocation, single_device
 
@@ -78,13 +79,14 @@ class EvenSplit:
     """The human-expert baseline: contiguous pieces of equal work, one per accelerator."""
 
     name = "even"
-    objectives = frozenset({"latency", "throughput"})
+    objectives = frozenset(ObjectiveKind)
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
         dev = even_split(problem, _pipeline_devices(problem))
         sol = Solution.from_devices(problem, dev, Certificate(Status.HEURISTIC, self.name, version=VERSION),
-                                    schedule=problem.schedule if problem.objective == "throughput" else None,
+                                    schedule=(problem.schedule if problem.objective is ObjectiveKind.THROUGHPUT
+                                              else None),
                                     microbatches=max(problem.microbatches, 1))
         ev = evaluate(problem, sol)
         return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0)
@@ -94,7 +96,7 @@ class SingleDevice:
     """Everything on one accelerator: the fastest whose memory holds the whole model."""
 
     name = "single"
-    objectives = frozenset({"latency", "throughput"})
+    objectives = frozenset(ObjectiveKind)
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()

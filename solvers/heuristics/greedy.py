@@ -17,6 +17,7 @@ import numpy as np
 
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.vocabulary import ObjectiveKind
 
 from ..node_memory import node_memory
 from ..repair import best_effort, repair
@@ -63,12 +64,12 @@ class Greedy:
     """m-ETF list scheduling of subgraph calls (latency); bottleneck fill in topological order (throughput)."""
 
     name = "greedy"
-    objectives = frozenset({"latency", "throughput"})
+    objectives = frozenset(ObjectiveKind)
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
         cert = Certificate(Status.HEURISTIC, self.name, version=VERSION)
-        if problem.objective != "latency":
+        if problem.objective is not ObjectiveKind.LATENCY:
             sol = solution_from_devices(problem, greedy_throughput(problem), cert)
             ev = evaluate(problem, sol)
             return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0)

@@ -21,6 +21,7 @@ import heapq
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.errors import InfeasibleError
 from planmap.problem import Certificate, Problem, Solution, Stage
 
@@ -33,13 +34,7 @@ def _node_inputs(problem: Problem):
     """Per node: the distinct values it reads that some node produces, and per node the parameter
     values it uses."""
     g = problem.graph
-    src = g.edge_src
-    keep = src >= 0
-    pairs = np.unique(np.stack([g.edge_dst[keep], g.edge_value[keep]], 1), axis=0)
-    ins: list[list[int]] = [[] for _ in range(g.num_nodes)]
-    for d, v in pairs.tolist():
-        ins[d].append(v)
-    return ins, node_params(problem)
+    return crossings(g, np.arange(g.num_nodes)).inputs_of(g.num_nodes), node_params(problem)
 
 
 def _bottom_levels(problem: Problem) -> list[float]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from planmap.crossings import spans
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, Status
+from planmap.vocabulary import Mode, ObjectiveKind
 
 from ..node_memory import add_param_bytes
 from ..repair import repair, supported
@@ -29,7 +31,7 @@ def _unit_positions(problem: Problem) -> np.ndarray:
     other nodes (backward without a class) at their latest positioned predecessor."""
     g = problem.graph
     n = g.num_nodes
-    fwd = ~g.backward if (problem.mode == "training" and g.backward.any()) else np.ones(n, bool)
+    fwd = ~g.backward if (problem.mode is Mode.TRAINING and g.backward.any()) else np.ones(n, bool)
     seq = np.flatnonzero(fwd)
     pos = np.full(n, -1, np.int64)
     pos[seq] = np.arange(len(seq))
@@ -68,25 +70,14 @@ def _fill_tables(problem: Problem, pos: np.ndarray, m: int, devs: list[int]):
     fixed = np.zeros(m)
     np.add.at(fixed, pos, mem)
     stash = np.zeros(m)
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         np.add.at(stash, pos, cost.stash_bytes.astype(float))
     tables = {"pos": pos, "comp": comp, "bad": bad, "mem": np.concatenate([[0.0], np.cumsum(fixed)]),
               "stash": np.concatenate([[0.0], np.cumsum(stash)]),
               "ws": float(cost.working_set.max()) if n else 0.0}
     # values crossing cuts: span of positions of producer and consumers
-    src = g.edge_src
-    keep = src >= 0
-    val, dst = g.edge_value[keep], g.edge_dst[keep]
-    pp, cp = pos[g.value_node[val]], pos[dst]
-    lo = np.full(g.num_values, np.iinfo(np.int64).max)
-    hi = np.full(g.num_values, -1)
-    np.minimum.at(lo, val, np.minimum(pp, cp))
-    np.maximum.at(hi, val, np.maximum(pp, cp))
-    prodpos = np.full(g.num_values, -1)
-    prodpos[val] = pp
-    vals = np.flatnonzero(hi > lo)
-    forward = prodpos[vals] == lo[vals]  # data flows towards later positions
-    tables["cross"] = (vals, lo[vals], hi[vals], forward)
+    s = spans(g, pos)
+    tables["cross"] = (s.values, s.low, s.high, s.forward)
     return tables
 
 
@@ -129,7 +120,7 @@ def _fill(problem: Problem, tables, cuts, devs: list[int], m: int, bound: float,
         if support:
             ok &= bad[b] - bad[a] == 0
         if use_memory:
-            infl = problem.in_flight(j, k) if problem.objective == "throughput" else 1
+            infl = problem.in_flight(j, k) if problem.objective is ObjectiveKind.THROUGHPUT else 1
             mem = tables["mem"][b] - tables["mem"][a] + (tables["stash"][b] - tables["stash"][a]) * infl + tables["ws"]
             ok &= mem <= cap[d] * (1 + 1e-12)
         stop = np.flatnonzero(~ok)

@@ -31,6 +31,7 @@ import numpy as np
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import Evaluation
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.vocabulary import ObjectiveKind
 
 from ..repair import repair
 from ..segments import solution_from_devices
@@ -90,7 +91,7 @@ class LocalSearch:
     """Moves and swaps from the best baseline, with seeded random restarts."""
 
     name = "local-search"
-    objectives = frozenset({"latency", "throughput"})
+    objectives = frozenset(ObjectiveKind)
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
@@ -122,7 +123,7 @@ class LocalSearch:
             if attempt:
                 base = search.best[0].node_device() if search.best else device_of
                 device_of = _perturb(search, base, units_of, candidates_for)
-            if problem.objective == "latency":
+            if problem.objective is ObjectiveKind.LATENCY:
                 cur = solution_from_devices(problem, device_of, cert) if attempt else sol0
                 cev = search.evaluate(cur) if attempt else ev0
                 search.offer(cur, cev)

@@ -27,8 +27,10 @@ import time
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.vocabulary import ObjectiveKind
 
 from ..node_memory import add_param_bytes
 from ..repair import best_effort, repair, supported
@@ -43,7 +45,7 @@ _SCALE = 1 << 20  # integer weights are scaled to about this total per constrain
 def _targets(problem: Problem) -> list[int]:
     topo = problem.topology
     devs = [int(d) for d in (topo.accelerators if len(topo.accelerators) else topo.cpus)]
-    if problem.objective == "throughput" and problem.max_stages is not None:
+    if problem.objective is ObjectiveKind.THROUGHPUT and problem.max_stages is not None:
         devs = devs[: problem.max_stages]
     return devs
 
@@ -108,18 +110,13 @@ def metis_partition(problem: Problem, seed: int = 0, balance: str = "compute") -
     vw = np.zeros(V)
     np.add.at(vw, vid, node_w)
     # edge weights: transfer time of the distinct values between two vertices
-    src = g.edge_src
-    keep = src >= 0
-    val, dst = g.edge_value[keep], g.edge_dst[keep]
-    a, b = vid[g.value_node[val]], vid[dst]
-    cross = a != b
-    val, a, b = val[cross], a[cross], b[cross]
-    if len(val):
-        trip = np.unique(np.stack([val, np.minimum(a, b), np.maximum(a, b)], 1), axis=0)
+    cross = crossings(g, vid)
+    if len(cross):
+        val, a, b = cross.value, cross.producer_group, cross.consumer_group
         other = devs[1]
-        c = cost.send_cost(trip[:, 0], ref, other) + cost.recv_cost(trip[:, 0], ref, other)
-        c = np.where(c > 0, c, 1e-12 + g.value_bytes[trip[:, 0]] * 1e-15)
-        pair, inv = np.unique(trip[:, 1:], axis=0, return_inverse=True)
+        c = cost.send_cost(val, ref, other) + cost.recv_cost(val, ref, other)
+        c = np.where(c > 0, c, 1e-12 + g.value_bytes[val] * 1e-15)
+        pair, inv = np.unique(np.stack([np.minimum(a, b), np.maximum(a, b)], 1), axis=0, return_inverse=True)
         ew = np.zeros(len(pair))
         np.add.at(ew, inv.ravel(), c)
         u = np.concatenate([pair[:, 0], pair[:, 1]])
@@ -163,7 +160,7 @@ class Metis:
     """METIS k-way partition over the accelerators, made valid for the problem's structure."""
 
     name = "metis"
-    objectives = frozenset({"latency", "throughput"})
+    objectives = frozenset(ObjectiveKind)
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         import pymetis  # noqa: F401 - fail early (SolverUnavailableError via the registry) when missing

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.problem import Problem
+from planmap.vocabulary import ThroughputVariant
 
 from ..node_memory import node_params, stashed_bytes
 
@@ -35,17 +37,12 @@ class ThroughputLoads:
         self.dev = [int(d) for d in device_of]
         self.dc = cost.device_compute.tolist()
         self.back = g.backward.tolist()
-        src = g.edge_src
-        keep = src >= 0
-        pairs = np.unique(np.stack([g.edge_value[keep], g.edge_dst[keep]], 1), axis=0)
+        reads = crossings(g, np.arange(n))  # every (value, reading node) pair
         self.prod = g.value_node.tolist()
         self.consumers: dict[int, list[int]] = {}
-        self.inputs: list[list[int]] = [[] for _ in range(n)]
-        for v, c in pairs.tolist():
-            if self.prod[v] == c:
-                continue
+        for v, c in reads.pairs.tolist():
             self.consumers.setdefault(v, []).append(c)
-            self.inputs[c].append(v)
+        self.inputs = reads.inputs_of(n)
         self.outputs: list[list[int]] = [[] for _ in range(n)]
         for v in self.consumers:
             self.outputs[self.prod[v]].append(v)
@@ -191,7 +188,7 @@ class ThroughputLoads:
 
     def key(self) -> tuple[float, float]:
         """(objective, sum of squared loads): the second breaks ties on a plateau of the maximum."""
-        if self.problem.variant == "max-fw-plus-max-bw":
+        if self.problem.variant is ThroughputVariant.MAX_FW_PLUS_MAX_BW:
             obj = max(self.fw) + max(self.bw)
         else:
             obj = max(f + b for f, b in zip(self.fw, self.bw, strict=True))

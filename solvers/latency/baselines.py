@@ -16,6 +16,7 @@ import numpy as np
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
+from planmap.vocabulary import Mode
 
 from .splits import best_splits
 
@@ -30,7 +31,7 @@ def _pack(problem: Problem, devices: np.ndarray, target: float) -> np.ndarray:
     what fits nowhere (or cannot run on accelerators) goes to the fastest allowed CPU."""
     g, cost, topo = problem.graph, problem.cost, problem.topology
     cap = problem.capacity
-    node_mem = g.state_bytes.astype(float) + (cost.stash_bytes if problem.mode == "training" else 0.0)
+    node_mem = g.state_bytes.astype(float) + (cost.stash_bytes if problem.mode is Mode.TRAINING else 0.0)
     ws = cost.working_set.astype(float)
     pv, pn = cost.param_use
     params_of = [[] for _ in range(g.num_nodes)]

@@ -3,8 +3,8 @@
 The latency IP links node finish times to subgraph calls with big-M rows; with fractional
 placements those rows are slack and the LP bound falls back to the plain critical path at every
 node's fastest device — far below any real placement, because leaving a CPU costs a transfer at
-each end of a call. Branch and bound then has to close that gap by enumeration (the example MLP:
-20 s for 19 ops). :func:`time_bounds` computes, by two sweeps over the graph, what any placement
+each end of a call, and branch and bound would have to close that gap by enumeration.
+:func:`time_bounds` computes, by two sweeps over the graph, what any placement
 must pay around each node *given the device it runs on*:
 
 * ``ef[v, a]`` (earliest finish): on a CPU, a lower bound on the node's finish; on an accelerator,
@@ -28,8 +28,8 @@ A call also runs its nodes one after another, which the per-path sweep cannot se
 independent producers that share the join's call, the chain through one producer also pays the other
 producer's own branch — its compute inside the call, or the transfer through which the branch enters
 it (:func:`_join`, for joins of up to ``JOIN_MAX`` producers: every convex choice of which producers
-share the call is a case, and the bound is the cheapest). On BERT-12 this is each layer's Q, K and V
-projections: the root bound rises from 575.9 to 592.3 ms (the best placement is 652.8 ms).
+share the call is a case, and the bound is the cheapest). On BERT this is each layer's Q, K and V
+projections.
 
 Memory makes them much stronger where it is tight (BERT-24 layers, ResNet-50, Inception): the
 sweeps carry the memory of the path inside the call (in ``BUCKETS`` units per device, rounded down
@@ -55,11 +55,9 @@ The model uses them three ways (:func:`add_bound_rows`, :func:`reduce_allowed`):
 :func:`add_slot_order_rows` adds one more family that needs no bounds: a value never flows from a
 later call of an accelerator back to an earlier one.
 
-What did not help, measured on the latency benchmark and random DAGs (so it is not here): HiGHS
-options (heuristic effort, symmetry detection, presolve off), and a best-first search over device
-choices driven by these bounds (it raised a 30-node bound by 0.3% in 40 s, where HiGHS' root
-already gains 1%). Ordering the q slots of a device by first node is not valid: slot order is
-execution order, and two independent subgraphs may need either order.
+Ordering the q slots of a device by first node is not valid: slot order is execution order, and two
+independent subgraphs may need either order. Measurements (what the bounds gain, and what was tried
+and did not help) are in ``docs/notes/latency-bounds.md``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.problem import Problem
+from planmap.vocabulary import Mode
 
 from .cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, reduce_allowed, time_bounds
 
@@ -25,7 +27,7 @@ MEMORY_MARGIN = 1e-6  # share of each device's memory kept free of backend toler
 # --------------------------------------------------------------------------------------- data
 @dataclass(frozen=True, eq=False)
 class LatencyData:
-    """The numbers of one latency problem, as numpy arrays in model units (``unit`` seconds each).
+    """The numbers of one latency problem, as numpy arrays in model time (``time_scale`` seconds each).
 
     Units are where nodes run: accelerator subgraph slots ``0..S-1`` (``q`` per accelerator, run in
     slot order) followed by one unit per CPU device. Values are the node outputs some other node
@@ -34,7 +36,7 @@ class LatencyData:
 
     n: int
     q: int
-    unit: float  # seconds per model time unit
+    time_scale: float  # seconds per model time unit
     horizon: float  # upper bound on the latency, model units
     unit_dev: np.ndarray  # (U,) device of each unit
     num_slots: int
@@ -151,14 +153,12 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     slot_pos = np.tile(np.arange(q), len(acc))
     unit_dev = np.concatenate([slot_dev, cpus]).astype(np.int64)
     h = _trivial_horizon(problem) if horizon is None else float(horizon)
-    unit = 10.0 ** (math.floor(math.log10(h)) - 2) if h > 0 and math.isfinite(h) else 1.0
+    time_scale = 10.0 ** (math.floor(math.log10(h)) - 2) if h > 0 and math.isfinite(h) else 1.0
     allowed = problem.allowed.copy()
-    t = np.where(allowed, cost.device_compute, np.inf) / unit
+    t = np.where(allowed, cost.device_compute, np.inf) / time_scale
     # values that cross: (value, consumer) uses of node outputs
-    keep = g.edge_src >= 0
-    pairs = np.unique(np.stack([g.edge_value[keep], g.edge_dst[keep]], 1), axis=0) if keep.any() \
-        else np.zeros((0, 2), np.int64)
-    vals, pair_val = np.unique(pairs[:, 0], return_inverse=True)
+    reads = crossings(g, np.arange(n))  # every (value, reading node) pair may cross
+    vals = reads.values
     a, b = np.meshgrid(np.arange(D), np.arange(D), indexing="ij")
     recv = cost.recv_cost(vals[:, None, None], a[None], b[None]).astype(float)
     send = cost.send_cost(vals[:, None, None], a[None], b[None]).astype(float)
@@ -166,9 +166,9 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     for d in np.flatnonzero(topo.host_io):
         recv[:, d, d] = io
         send[:, d, d] = io
-    tmin = np.where(allowed, cost.device_compute, np.inf).min(axis=1) / unit if n else np.zeros(0)
+    tmin = np.where(allowed, cost.device_compute, np.inf).min(axis=1) / time_scale if n else np.zeros(0)
     node_mem = g.state_bytes.astype(float)
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         node_mem = node_mem + cost.stash_bytes
     pv, pn = cost.param_use
     puse = np.unique(np.stack([pv, pn], 1), axis=0) if len(pv) else np.zeros((0, 2), np.int64)
@@ -177,11 +177,11 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     c_sorted = cls[order]
     same = (c_sorted[1:] == c_sorted[:-1]) & (c_sorted[1:] >= 0)
     colocated = tuple((int(order[i]), int(order[i + 1])) for i in np.flatnonzero(same))
-    H = h / unit * (1 + 1e-9) + 1e-9
+    H = h / time_scale * (1 + 1e-9) + 1e-9
     head = _head(n, g.pred, np.where(np.isfinite(tmin), tmin, 0.0))
-    val_prod = g.value_node[vals].astype(np.int64)
-    pair_val, pair_cons = pair_val.ravel().astype(np.int64), pairs[:, 1].astype(np.int64)
-    recv, send = recv / unit, send / unit
+    val_prod = reads.producer[reads.starts]
+    pair_val, pair_cons = reads.value_index, reads.consumer_group
+    recv, send = recv / time_scale, send / time_scale
     working_set = cost.working_set.astype(float)
     param_use, param_bytes = (puse[:, 0], puse[:, 1]), g.value_bytes.astype(float) * cost.param_factor
     capacity = problem.capacity.astype(float)
@@ -207,7 +207,7 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
         after = np.where(allowed, tb.tail_fin, np.inf).min(axis=1)
         lat_ub = np.maximum(H * (1 + 1e-9) - np.where(np.isfinite(after), after, 0.0), head)
     return LatencyData(
-        n=n, q=q, unit=unit, horizon=H, unit_dev=unit_dev, num_slots=len(slot_dev),
+        n=n, q=q, time_scale=time_scale, horizon=H, unit_dev=unit_dev, num_slots=len(slot_dev),
         slot_pos=slot_pos, t=t, allowed=allowed, val_prod=val_prod, pair_val=pair_val, pair_cons=pair_cons,
         recv=recv, send=send, edges=tuple(np.asarray(x, np.int64) for x in g.node_edges),
         head=head, node_mem=node_mem, working_set=working_set, param_use=param_use, param_bytes=param_bytes,

@@ -48,6 +48,7 @@ import numpy as np
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions, Status
+from planmap.vocabulary import ObjectiveKind
 
 from .. import mip
 from .baselines import BASELINES, best_baseline
@@ -86,7 +87,7 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     xs = dt.allowed[:, unit_dev]  # (n, U) x exists
     src, dst = dt.edges
     m = pyo.ConcreteModel(name=f"latency-ip:{problem.name}")
-    m.time_unit = dt.unit
+    m.time_unit = dt.time_scale
     m.data = dt
 
     def lin(coefs, vars_, const=0.0):
@@ -407,14 +408,12 @@ class LatencyIP:
     """The exact latency solver: best baseline -> warm-started IP -> placement checked by evaluate."""
 
     name = NAME
-    objectives = frozenset({"latency"})
+    objectives = frozenset({ObjectiveKind.LATENCY})
 
     def __init__(self, *, cuts: bool = True):
         self.cuts = cuts  # False: the plain model (no time bounds, rows or presolve), for comparisons
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
-        if problem.objective != "latency":
-            raise PlanmapError(f"the latency IP solves objective 'latency', but the problem asks for {problem.objective!r}")
         t0 = time.perf_counter()
         mip.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
         start, start_name, notes = best_baseline(problem, options, options.time_limit)

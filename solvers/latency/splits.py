@@ -14,12 +14,11 @@ Costs of all pieces ending at ``j`` come from running sums over the order, vecto
 start ``i``: a value produced at position ``p`` whose last use before ``j`` is at ``c`` is received
 by every piece starting in ``(p, c]`` and sent by every piece starting at or before ``p`` when a use
 lies at or after ``j`` — the same for a parameter's bytes (produced "at -1"). So one order costs
-``O(n (n + V) + n^2 k)`` array work: 0.06 s for 800 nodes and 8 accelerators, 0.5 s for 3,900.
+``O(n (n + V) + n^2 k)`` array work.
 
-The packed splits of :mod:`.baselines` fill each accelerator greedily and cut wherever memory
-runs out; on the BERT-12 operator graph (8 accelerators, 70% memory) the best of them is 23% slower
-than this DP's split (802.22 vs 652.78 ms), and it was the latency IP's warm start; the q = 1 IP
-started from it reached 740.69 ms in 80 s. Charges that depend on where the other end is are taken at
+The packed splits of :mod:`.baselines` fill each accelerator greedily and cut wherever memory runs
+out; this DP's split is a better warm start for the latency IP (figures in
+``docs/notes/latency-bounds.md``). Charges that depend on where the other end is are taken at
 their worst over the devices the DP may use, so the DP stays an upper bound there.
 """
 
@@ -27,8 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.graph import topological_order
 from planmap.problem import Certificate, Problem, Solution, Status
+from planmap.vocabulary import Mode, ObjectiveKind
 
 __all__ = ["split_dp", "split_orders", "best_splits"]
 
@@ -88,15 +89,12 @@ def split_orders(problem: Problem) -> list[np.ndarray]:
 def _uses(problem: Problem, pos: np.ndarray):
     """Crossing values and parameters as (producer position or -1, sorted use positions, value id)."""
     g = problem.graph
-    keep = g.edge_src >= 0
-    pairs = np.unique(np.stack([g.edge_value[keep], pos[g.edge_dst[keep]]], 1), axis=0) if keep.any() \
-        else np.zeros((0, 2), np.int64)
-    vals, inv = np.unique(pairs[:, 0], return_inverse=True)
-    prod = pos[g.value_node[vals]]
+    reads = crossings(g, pos)  # positions are distinct, so every (value, reading position) pair
+    vals, prod = reads.values, reads.producer_group[reads.starts]
     pv, pn = problem.cost.param_use
     ppairs = np.unique(np.stack([pv, pos[pn]], 1), axis=0) if len(pv) else np.zeros((0, 2), np.int64)
     pvals, pinv = np.unique(ppairs[:, 0], return_inverse=True)
-    return (vals, prod, inv.ravel(), pairs[:, 1]), (pvals, pinv.ravel(), ppairs[:, 1])
+    return (vals, prod, reads.value_index, reads.consumer_group), (pvals, pinv.ravel(), ppairs[:, 1])
 
 
 def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = None,
@@ -131,7 +129,7 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
         p = np.flatnonzero(cls == c)
         cut_ok[p[0] + 1: p[-1] + 1] = False
     node_mem = g.state_bytes.astype(float)[order]
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         node_mem = node_mem + cost.stash_bytes[order]
     pbytes = g.value_bytes.astype(float)[pvals] * cost.param_factor
     ws = cost.working_set.astype(float)[order]
@@ -242,7 +240,7 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
 def best_splits(problem: Problem) -> list[Solution]:
     """The DP's best split of each of :func:`split_orders` (feasible ones; evaluate decides which is
     fastest)."""
-    if problem.objective != "latency" or len(problem.topology.accelerators) == 0:
+    if problem.objective is not ObjectiveKind.LATENCY or len(problem.topology.accelerators) == 0:
         return []
     out = []
     for order in split_orders(problem):

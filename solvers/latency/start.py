@@ -65,13 +65,13 @@ def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
         return False
     sol = canonical(problem, solution, dt.classes)
     ev = evaluate(problem, sol)
-    if not ev.feasible or ev.objective / dt.unit > dt.horizon:
+    if not ev.feasible or ev.objective / dt.time_scale > dt.horizon:
         return False
     unit_of_stage = _slots_of(problem, dt, sol)
     if unit_of_stage is None:
         return False
     unit_of = unit_of_stage[sol.assignment]
-    n, S, U, u = dt.n, dt.num_slots, dt.num_units, dt.unit
+    n, S, U, u = dt.n, dt.num_slots, dt.num_units, dt.time_scale
     if not dt.allowed[np.arange(n), dt.unit_dev[unit_of]].all():
         return False  # a device presolve ruled out (only a start slower than the horizon uses one)
     X = np.zeros((n, U), bool)

@@ -31,9 +31,10 @@ from __future__ import annotations
 import math
 import time
 
-from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
+from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.vocabulary import ObjectiveKind
 
 from .engine import DPTimeout, to_solution
 from .prepare import DEFAULT_MAX_IDEALS, PreparedDP, prepare
@@ -88,12 +89,10 @@ class ThroughputDP:
     """Exact contiguous max-load (or max-fw + max-bw) pipeline split by DP over ideals."""
 
     name = "dp"
-    objectives = frozenset({"throughput"})
+    objectives = frozenset({ObjectiveKind.THROUGHPUT})
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
-        if problem.objective != "throughput":
-            raise SolverUnavailableError(f"solver 'dp' plans pipelines (objective throughput), not {problem.objective}")
         try:
             return self._exact(problem, options, t0)
         except NonUniformCharges as e:

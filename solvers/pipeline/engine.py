@@ -30,6 +30,7 @@ import numpy as np
 
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.problem import Problem, Solution, Stage
+from planmap.vocabulary import Mode, Schedule
 
 from .ideals import unpack
 from .stage_costs import StageCosts
@@ -74,7 +75,7 @@ class PipelineDP:
         b = problem.batch_size
         self.reps = [[r for r in range(1, int(c) + 1) if not b or b % r == 0] if problem.replication else [1]
                      for c in counts]
-        inflight_varies = problem.mode == "training" and problem.schedule == "1f1b" and problem.microbatches > 1
+        inflight_varies = problem.mode is Mode.TRAINING and problem.schedule is Schedule.ONE_F_ONE_B and problem.microbatches > 1
         self.need_s = problem.replication and (problem.max_stages is not None or inflight_varies)
         smax = int(counts.sum())
         if problem.max_stages is not None:
@@ -105,7 +106,7 @@ class PipelineDP:
                 ok = valid[b]
                 self.trans.append((t, r, a[ok], b[ok]))
         self.r_max = max(max(r) for r in self.reps) if T else 1
-        self.train_ar = problem.mode == "training" and problem.replication
+        self.train_ar = problem.mode is Mode.TRAINING and problem.replication
 
     # ------------------------------------------------------------------------------------------
     def lower_bound(self) -> float:

@@ -45,6 +45,7 @@ import numpy as np
 from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status, relative_gap
+from planmap.vocabulary import ObjectiveKind, ThroughputVariant
 
 from .. import mip
 from .ip_data import IPData, prepare
@@ -66,7 +67,7 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
     from pyomo.core.expr.numeric_expr import LinearExpression
 
     dt = data if data is not None else prepare(problem)
-    U, D, u = dt.U, dt.D, dt.unit
+    U, D, u = dt.U, dt.D, dt.time_scale
     V = len(dt.val_prod)
     H = (horizon / u) * (1 + 1e-6) if horizon is not None and math.isfinite(horizon) else None
     m = pyo.ConcreteModel(name=f"throughput-ip:{problem.name}")
@@ -284,7 +285,7 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
         problem.max_stages if problem.max_stages is not None else D), doc="at most maxStages stages")
 
     # ------------------------------------------------------------------------------- Objective
-    if problem.variant == "max-fw-plus-max-bw":
+    if problem.variant is ThroughputVariant.MAX_FW_PLUS_MAX_BW:
         m.time_per_sample = pyo.Objective(expr=m.Lf + m.Lb, sense=pyo.minimize, doc="largest fw + largest bw load")
     else:
         m.time_per_sample = pyo.Objective(expr=m.L, sense=pyo.minimize, doc="largest device load")
@@ -341,7 +342,7 @@ def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
     dev, order = can
     if (~dt.allowed[np.arange(dt.U), dev]).any():
         return False
-    D, u = dt.D, dt.unit
+    D, u = dt.D, dt.time_scale
     X = np.zeros((dt.U, D), bool)
     X[np.arange(dt.U), dev] = True
     for (a, d), var in model.x.items():
@@ -447,11 +448,9 @@ class ThroughputIP:
     ``"none"``; ``dp_share`` — share of the time limit the DP may use (default 0.3)."""
 
     name = "ip"
-    objectives = frozenset({"throughput"})
+    objectives = frozenset({ObjectiveKind.THROUGHPUT})
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
-        if problem.objective != "throughput":
-            raise PlanmapError(f"the throughput IP solves objective 'throughput', not {problem.objective!r}")
         if problem.replication:
             raise SolverUnavailableError("the throughput IP does not model replicated stages; use solver 'dp' "
                                          "(contiguous pipelines with replication)")
@@ -462,7 +461,7 @@ class ThroughputIP:
                                                         if k not in _OWN_KEYS})
         start, start_name, notes = self._start(problem, options, own)
         start_obj = evaluate(problem, start).objective if start is not None else None
-        dt = prepare(problem, unit=start_obj / max(problem.num_devices, 1) if start_obj else None)
+        dt = prepare(problem, time_scale=start_obj / max(problem.num_devices, 1) if start_obj else None)
         tb = time.perf_counter()
         model = build_model(problem, data=dt, horizon=start_obj)
         build_time = time.perf_counter() - tb

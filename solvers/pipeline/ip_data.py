@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.errors import PlanmapError
 from planmap.problem import Problem
+from planmap.vocabulary import Mode, Schedule
 
-from .stage_units import contiguity_mask, crossing_values, device_classes, unit_memory
+from .stage_units import contiguity_mask, device_classes, unit_memory
 
 __all__ = ["IPData", "prepare", "interchangeable"]
 
@@ -50,10 +52,10 @@ class IPData:
     relaxed: bool  # 1F1B in non-contiguous mode: one microbatch in flight (a relaxation; see ThroughputIP)
     microbatches: int
     ordered: bool  # order variables (contiguous mode)
-    unit: float  # seconds per model time unit
+    time_scale: float  # seconds per model time unit
 
 
-def prepare(problem: Problem, unit: float | None = None) -> IPData:
+def prepare(problem: Problem, time_scale: float | None = None) -> IPData:
     g, cost = problem.graph, problem.cost
     n, D = g.num_nodes, problem.num_devices
     cls = g.colocation.astype(np.int64)
@@ -71,7 +73,8 @@ def prepare(problem: Problem, unit: float | None = None) -> IPData:
     tf, tb = np.zeros((U, D)), np.zeros((U, D))
     np.add.at(tf, unit_of[~g.backward], t[~g.backward])
     np.add.at(tb, unit_of[g.backward], t[g.backward])
-    pairs, vals, starts = crossing_values(problem, unit_of)
+    cross = crossings(g, unit_of)
+    pairs, vals, starts = cross.pairs, cross.values, cross.starts
     ends = np.append(starts[1:], len(pairs)).astype(np.int64)
     cons = [pairs[a:b, 1] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
     pair_recv = pair_send = None
@@ -108,18 +111,18 @@ def prepare(problem: Problem, unit: float | None = None) -> IPData:
     k = mask[s] & mask[d] & (unit_of[s] != unit_of[d])
     edges = np.unique(np.stack([unit_of[s[k]], unit_of[d[k]]], 1), axis=0) if k.any() else np.zeros((0, 2), np.int64)
     m = max(problem.microbatches, 1)
-    stash_binds = problem.mode == "training" and stash.any() and np.isfinite(problem.capacity).any()
-    varying = stash_binds and problem.schedule == "1f1b" and m > 1
+    stash_binds = problem.mode is Mode.TRAINING and stash.any() and np.isfinite(problem.capacity).any()
+    varying = stash_binds and problem.schedule is Schedule.ONE_F_ONE_B and m > 1
     fb = varying and problem.contiguous
     relaxed = varying and not problem.contiguous
     in_flight = 1.0 if varying else float(problem.in_flight(0, max(D, 1)))
-    if unit is None:
-        unit = float(max(tf.sum(0).max() + tb.sum(0).max(), 1e-30)) / max(D, 1)
+    if time_scale is None:
+        time_scale = float(max(tf.sum(0).max() + tb.sum(0).max(), 1e-30)) / max(D, 1)
     return IPData(unit_of, U, D, allowed, tf, tb, unit_of[g.value_node[vals]] if len(vals) else np.zeros(0, np.int64),
                   cons, g.backward[g.value_node[vals]] if len(vals) else np.zeros(0, bool), recv, send, pair_recv,
                   pair_send, params, state,
                   stash, ws, problem.capacity.copy(), edges, classes,
-                  in_flight, bool(fb), bool(relaxed), m, bool(problem.contiguous), unit)
+                  in_flight, bool(fb), bool(relaxed), m, bool(problem.contiguous), time_scale)
 
 
 

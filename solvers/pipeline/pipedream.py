@@ -26,9 +26,10 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from planmap.errors import InfeasibleError, SolverUnavailableError
+from planmap.errors import InfeasibleError
 from planmap.graph import topological_order
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.vocabulary import ObjectiveKind
 
 from .engine import to_solution
 from .ideals import pack
@@ -144,12 +145,10 @@ class PipeDream:
     """PipeDream's layer-chain planner (with stage replication when allowed), exactly costed."""
 
     name = "pipedream"
-    objectives = frozenset({"throughput"})
+    objectives = frozenset({ObjectiveKind.THROUGHPUT})
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
-        if problem.objective != "throughput":
-            raise SolverUnavailableError("solver 'pipedream' plans pipelines (objective throughput)")
         granularity = str(options.passthrough.get("granularity", "layer"))
         units = build_units(problem)
         rank = layer_chain(problem, units, granularity)

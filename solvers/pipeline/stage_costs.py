@@ -29,10 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.sparse import csr_matrix
 
+from planmap.crossings import crossings
 from planmap.problem import Problem
 
 from .ideals import member, pack, unpack
-from .stage_units import DeviceClasses, crossing_values, unit_memory
+from .stage_units import DeviceClasses, unit_memory
 
 __all__ = ["StageCosts", "PairCosts"]
 
@@ -100,12 +101,13 @@ class StageCosts:
                     multi_users.append(pairs[s0: s0 + c, 1])
                     multi_bytes.append(float(g.value_bytes[v]))
         # ---- values that can cross a stage border: producer unit p, distinct consumer units != p
-        vc, hval, hstart = crossing_values(problem, uo)
+        cross = crossings(g, uo)
+        hval, hstart = cross.values, cross.starts
         H = len(hval)
         self.H = H
-        self.h_prod = uo[g.value_node[hval]] if H else np.zeros(0, np.int64)
-        self.h_cons_ptr = np.append(hstart, len(vc)).astype(np.int64)
-        self.h_cons = vc[:, 1].astype(np.int64)
+        self.h_prod = cross.producer_group[hstart]
+        self.h_cons_ptr = np.append(hstart, len(cross)).astype(np.int64)
+        self.h_cons = cross.consumer_group
         hb = g.backward[g.value_node[hval]].astype(np.int64) if H else np.zeros(0, np.int64)
         self.WR = np.zeros((H, 2 * T))
         self.WS = np.zeros((H, 2 * T))

@@ -31,8 +31,9 @@ from scipy.sparse.csgraph import connected_components
 from planmap.errors import PlanmapError
 from planmap.graph import topological_order
 from planmap.problem import Problem
+from planmap.vocabulary import Mode
 
-__all__ = ["Units", "DeviceClasses", "build_units", "unit_memory", "crossing_values",
+__all__ = ["Units", "DeviceClasses", "build_units", "unit_memory",
            "device_classes", "allreduce_times"]
 
 
@@ -58,7 +59,7 @@ class Units:
 def contiguity_mask(problem: Problem) -> np.ndarray:
     """The nodes evaluate checks convexity on: the forward graph in training, else every node."""
     g = problem.graph
-    if problem.mode == "training" and g.backward.any():
+    if problem.mode is Mode.TRAINING and g.backward.any():
         return ~g.backward
     return np.ones(g.num_nodes, bool)
 
@@ -111,28 +112,11 @@ def unit_memory(problem: Problem, unit_of: np.ndarray, num_units: int) -> tuple[
     state = np.zeros(num_units)
     np.add.at(state, unit_of, g.state_bytes.astype(float))
     stash = np.zeros(num_units)
-    if problem.mode == "training":
+    if problem.mode is Mode.TRAINING:
         np.add.at(stash, unit_of, cost.stash_bytes.astype(float))
     ws = np.zeros(num_units)
     np.maximum.at(ws, unit_of, cost.working_set.astype(float))
     return state, stash, ws
-
-
-def crossing_values(problem: Problem, unit_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The values that can cross a stage border: read by a unit other than their producer's.
-
-    Returns the distinct (value, consumer unit) pairs (P, 2), sorted, the consumer unit never the
-    producer's; the distinct values among them; and where each value's pairs start. Transfers are
-    charged per distinct value and receiving stage, so this is what the exact solvers cost.
-    """
-    g = problem.graph
-    keep = g.edge_src >= 0
-    ev, ed = g.edge_value[keep].astype(np.int64), g.edge_dst[keep].astype(np.int64)
-    pu, cu = unit_of[g.value_node[ev]], unit_of[ed]
-    cross = pu != cu
-    pairs = np.unique(np.stack([ev[cross], cu[cross]], 1), axis=0) if cross.any() else np.zeros((0, 2), np.int64)
-    vals, starts = np.unique(pairs[:, 0], return_index=True) if len(pairs) else (np.zeros(0, np.int64),) * 2
-    return pairs, vals, starts
 
 
 # ------------------------------------------------------------------------------------ devices

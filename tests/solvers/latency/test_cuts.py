@@ -89,7 +89,7 @@ def violated_rows(m) -> list[str]:
 def assert_bounds_hold_on_every_feasible_placement(p: Problem) -> None:
     """Every time bound of ``prepare(p)`` against every feasible placement's times under evaluate."""
     dt = prepare(p)
-    b, u = dt.bounds, dt.unit
+    b, u = dt.bounds, dt.time_scale
     nodes = np.arange(p.num_nodes)
     checked = 0
     for sol in placements(p):
@@ -150,7 +150,7 @@ def test_join_bound_charges_both_branches_to_one_call():
     g = profiled_graph(FORK_JOINS["diamond"], [10.0] * 6, t, 5.0, size=1)
     p = problem(g, paper_topology(2, 1), q=2)
     dt = prepare(p)
-    bound = float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.unit
+    bound = float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.time_scale
     assert bound == pytest.approx(sum(t), rel=1e-9)  # the longest path alone is 0.1 + 0.5 + 0.1 = 0.7
     assert lip.LatencyIP().solve(p, EXACT).certificate.objective == pytest.approx(sum(t), rel=1e-6)
 
@@ -166,7 +166,7 @@ def test_join_bound_lets_a_branch_run_elsewhere_when_that_pays():
     best = min(ev.objective for ev in (evaluate(p, s) for s in placements(p)) if ev.feasible)
     assert best < sum(t) - 0.1  # running node 3 apart pays (q = 2: the fork in a call of its own)
     for v in range(6):
-        assert float(np.where(dt.allowed[v], dt.bounds.through[v], np.inf).min()) * dt.unit <= best * (1 + 1e-9)
+        assert float(np.where(dt.allowed[v], dt.bounds.through[v], np.inf).min()) * dt.time_scale <= best * (1 + 1e-9)
 
 
 def test_bounds_see_memory_force_a_transfer():
@@ -177,7 +177,7 @@ def test_bounds_see_memory_force_a_transfer():
                        size=100)
     p = problem(g, paper_topology(2, 1, memory=350), q=1)
     dt = prepare(p)
-    bound = float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.unit
+    bound = float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.time_scale
     assert bound == pytest.approx(0.6 + 2 * 0.02, rel=1e-9)  # 6 x 0.1 compute + the 0.02 value twice
     sol = lip.LatencyIP().solve(p, EXACT)
     assert sol.certificate.objective == pytest.approx(bound, rel=1e-6)
