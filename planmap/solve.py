@@ -43,7 +43,8 @@ def memory_precheck(problem: Problem) -> None:
     need = params + float(g.state_bytes.sum())
     if np.isfinite(cap).all() and need > cap.sum():
         raise InfeasibleError(
-            f"{problem.name} cannot fit: parameters{' + gradients + optimizer state' if problem.mode == 'training' else ''}"
+            f"{problem.name} cannot fit: parameters"
+            f"{' + gradients + optimizer state' if problem.mode == 'training' else ''}"
             f" and state need {format_bytes(need)}, the cluster has {format_bytes(cap.sum())} usable "
             f"({len(cap)} devices x {format_bytes(cap.max())} after memoryHeadroom {problem.memory_headroom:.0%}); "
             "binding constraint: device memory")

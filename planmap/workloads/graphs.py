@@ -133,7 +133,8 @@ def paper_topology(accelerators: int = 4, cpus: int = 1, *, memory: float | int 
         devices.insert(0, {"name": "cpu", "type": "cpu", "count": cpus})
     body = ClusterBody.model_validate({
         "deviceTypes": [
-            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s", "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
+            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s",
+             "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
             {"name": "acc", "kind": accelerator_kind, "memory": int(memory), "memoryBandwidth": "1TB/s",
              "peakFlops": [{"dtype": "f32", "rate": "100TFLOP/s"}]},
         ],

@@ -190,7 +190,8 @@ def resnet50(*, granularity: str = "operator", image: int = 224, batch: int = 32
     return net.graph()
 
 
-def gnmt(*, steps: int = 8, encoder_layers: int = 4, decoder_layers: int = 4, batch: int = 64, seed: int = 0) -> OpGraph:
+def gnmt(*, steps: int = 8, encoder_layers: int = 4, decoder_layers: int = 4, batch: int = 64,
+         seed: int = 0) -> OpGraph:
     """GNMT-style translation model unrolled over ``steps``: a grid of LSTM cells (encoder, the first
     layer bidirectional) and a decoder whose every step attends over all encoder outputs (~100
     nodes at the defaults, a layer graph)."""
