@@ -133,7 +133,8 @@ def _stage_mesh(doc: PlanDocument, st: StageDoc, device_map: dict[str, object], 
             raise InputError(f"plan stage {st.id}: its mesh has {len(st.mesh.axis_names)} axis names "
                              f"but {len(st.mesh.axis_sizes)} sizes")
         if int(np.prod(st.mesh.axis_sizes)) != len(devs):
-            raise InputError(f"plan stage {st.id}: its mesh {dict(zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True))} "
+            mesh = dict(zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True))
+            raise InputError(f"plan stage {st.id}: its mesh {mesh} "
                              f"requires {int(np.prod(st.mesh.axis_sizes))} devices, but the stage has {len(devs)}")
         names, sizes = _fit_batch(st.mesh.axis_names, st.mesh.axis_sizes, batch)
         return StageMesh(_mesh(devs, names, sizes), "own")

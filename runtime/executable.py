@@ -235,6 +235,7 @@ class Executable:
                 raise InputError(f"argument {i} ({self.artifact.arg_names[i]}) requires shape {want_shape}{hint}, "
                                  f"but got {tuple(x.shape)}")
             if x.dtype != want:
-                raise InputError(f"argument {i} ({self.artifact.arg_names[i]}) requires dtype {want}, but got {x.dtype}")
+                raise InputError(f"argument {i} ({self.artifact.arg_names[i]}) requires dtype {want}, "
+                                 f"but got {x.dtype}")
             out.append(x)
         return out

@@ -81,7 +81,8 @@ class Layouts:
             t = graph.result_types[e.op][e.result]
             if t is None:
                 raise InputError(f"the plan constrains op {e.op} result {e.result}, which is not a tensor")
-            self.value_specs[(e.op, e.result)] = normalize_spec(_spec_of(e.spec), t.rank, f"op {e.op} result {e.result}")
+            self.value_specs[(e.op, e.result)] = normalize_spec(_spec_of(e.spec), t.rank,
+                                                                f"op {e.op} result {e.result}")
 
     def batched(self, ref: Ref) -> bool:
         """Depends on a data argument and dim 0 is the microbatch size."""
