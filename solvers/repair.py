@@ -79,7 +79,8 @@ def contiguous_repair(problem: Problem, device_of: np.ndarray, *, devices=None, 
     elem_device[el] = device_of[nodes]
     P = E
     pool = [int(d) for d in (devices if devices is not None else
-                             np.union1d(pieces.piece_device, topo.accelerators if len(topo.accelerators) else topo.cpus))]
+                             np.union1d(pieces.piece_device,
+                                        topo.accelerators if len(topo.accelerators) else topo.cpus))]
     work = problem.cost.device_compute
     node_mem, ws = node_memory(problem)
     cap = problem.capacity

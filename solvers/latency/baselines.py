@@ -91,7 +91,8 @@ def packed_splits(problem: Problem) -> list[Solution]:
     return out
 
 
-def best_baseline(problem: Problem, options: SolveOptions, time_budget: float) -> tuple[Solution | None, str, list[str]]:
+def best_baseline(problem: Problem, options: SolveOptions,
+                  time_budget: float) -> tuple[Solution | None, str, list[str]]:
     """The fastest feasible placement among ``options.warm_start`` and the registry's baselines
     (those installed; the throughput DP's max-load split counts as a latency placement too)."""
     from planmap import solvers

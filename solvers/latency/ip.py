@@ -185,7 +185,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
 
     # --------------------------------------------------------------------------- Constraints
     m.assign = pyo.Constraint(m.N, doc="every node runs on exactly one unit",
-                              rule=lambda m, v: (1, lin([1.0] * int(xs[v].sum()), [m.x[v, w] for w in np.flatnonzero(xs[v])]), 1))
+                              rule=lambda m, v: (1, lin([1.0] * int(xs[v].sum()),
+                                                        [m.x[v, w] for w in np.flatnonzero(xs[v])]), 1))
 
     coloc_idx = [(a, b, d) for a, b in dt.colocated for d in range(D)
                  if len(y_terms(a, d)) + len(y_terms(b, d)) > 0]
@@ -231,7 +232,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
         return lin([1.0, -1.0], [m.z[v, s], m.x[v, s]]) >= 0 if xs[v, s] else pyo.Constraint.Skip
     m.convex_cover = pyo.Constraint(m.N, m.S, rule=_cover, doc="the cover contains the subgraph")
     m.convex_closed = pyo.Constraint(m.E, m.S, doc="the cover is closed under predecessors",
-                                     rule=lambda m, e, s: lin([1.0, -1.0], [m.z[int(src[e]), s], m.z[int(dst[e]), s]]) >= 0)
+                                     rule=lambda m, e, s: lin([1.0, -1.0],
+                                                              [m.z[int(src[e]), s], m.z[int(dst[e]), s]]) >= 0)
 
     def _exit(m, e, s):
         a, b = int(src[e]), int(dst[e])
@@ -252,8 +254,10 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
             return lin([1.0, -1.0] + ([1.0] if outside is not None else []),
                        [flag, inside] + ([outside] if outside is not None else [])) >= 0
         return rule
-    m.enters = pyo.Constraint(m.P, m.S, rule=_flag(True), doc="a value consumed in a subgraph but made elsewhere enters it")
-    m.leaves = pyo.Constraint(m.P, m.S, rule=_flag(False), doc="a value made in a subgraph and consumed elsewhere leaves it")
+    m.enters = pyo.Constraint(m.P, m.S, rule=_flag(True),
+                              doc="a value consumed in a subgraph but made elsewhere enters it")
+    m.leaves = pyo.Constraint(m.P, m.S, rule=_flag(False),
+                              doc="a value made in a subgraph and consumed elsewhere leaves it")
 
     def _level_terms(node, s, positions):
         out = []
@@ -350,7 +354,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
             return pyo.Constraint.Skip
         return lin([1.0] + [-c for c, _ in terms], [m.lat[v]] + [x_ for _, x_ in terms]) >= 0
     m.source_cpu = pyo.Constraint(sources, rule=_source, doc="a CPU node takes its compute time")
-    m.device_order = pyo.Constraint([s for s in range(S) if dt.slot_pos[s] > 0], doc="calls on a device run in slot order",
+    m.device_order = pyo.Constraint([s for s in range(S) if dt.slot_pos[s] > 0],
+                                    doc="calls on a device run in slot order",
                                     rule=lambda m, s: lin([1.0, -1.0], [m.start[s], m.fin[s - 1]]) >= 0)
     sinks = np.setdiff1d(np.arange(n), src).tolist()
     m.makespan = pyo.Constraint(sinks, rule=lambda m, v: lin([1.0, -1.0], [m.T, m.lat[v]]) >= 0,
@@ -381,7 +386,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     m.nonempty = pyo.Var(m.S, bounds=(0, 1), doc="slot holds some node")
     m.slot_count = pyo.Constraint([s - 1 for s in later], doc="a slot counts as used only with a node",
                                   rule=lambda m, s: lin([1.0] + [-1.0] * int(xs[:, s].sum()),
-                                                        [m.nonempty[s]] + [m.x[v, s] for v in np.flatnonzero(xs[:, s])]) <= 0)
+                                                        [m.nonempty[s]]
+                                                        + [m.x[v, s] for v in np.flatnonzero(xs[:, s])]) <= 0)
 
     def _empty_last(m, v, s):
         return lin([1.0, -1.0], [m.x[v, s], m.nonempty[s - 1]]) <= 0 if xs[v, s] else pyo.Constraint.Skip
@@ -414,7 +420,8 @@ class LatencyIP:
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         if problem.objective != "latency":
-            raise PlanmapError(f"the latency IP solves objective 'latency', but the problem asks for {problem.objective!r}")
+            raise PlanmapError("the latency IP solves objective 'latency', "
+                               f"but the problem asks for {problem.objective!r}")
         t0 = time.perf_counter()
         mip.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
         start, start_name, notes = best_baseline(problem, options, options.time_limit)

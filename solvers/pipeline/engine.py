@@ -275,7 +275,8 @@ class PipelineDP:
                     x = np.maximum(labels.x[lab], fw[js][rep])
                     y = np.maximum(labels.y[lab], bw[js][rep])
                     keep = x + y <= threshold
-                    parts.append((x[keep], y[keep], lab[keep], np.full(int(keep.sum()), k), np.full(int(keep.sum()), sb)))
+                    kept = int(keep.sum())
+                    parts.append((x[keep], y[keep], lab[keep], np.full(kept, k), np.full(kept, sb)))
             if not parts:
                 continue
             x, y, par, trs, tgt = (np.concatenate(col) for col in zip(*parts, strict=True))

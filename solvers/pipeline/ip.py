@@ -195,9 +195,12 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
         return rule
     m.forward_load = pyo.Constraint(m.Dv, rule=_load(False), doc="forward compute + forward transfers")
     m.backward_load = pyo.Constraint(m.Dv, rule=_load(True), doc="backward compute + backward transfers")
-    m.largest = pyo.Constraint(m.Dv, doc="the largest load", rule=lambda m, d: lin([1.0, -1.0, -1.0], [m.L, m.fw[d], m.bw[d]]) >= 0)
-    m.largest_fw = pyo.Constraint(m.Dv, doc="the largest forward load", rule=lambda m, d: lin([1.0, -1.0], [m.Lf, m.fw[d]]) >= 0)
-    m.largest_bw = pyo.Constraint(m.Dv, doc="the largest backward load", rule=lambda m, d: lin([1.0, -1.0], [m.Lb, m.bw[d]]) >= 0)
+    m.largest = pyo.Constraint(m.Dv, doc="the largest load",
+                               rule=lambda m, d: lin([1.0, -1.0, -1.0], [m.L, m.fw[d], m.bw[d]]) >= 0)
+    m.largest_fw = pyo.Constraint(m.Dv, doc="the largest forward load",
+                                  rule=lambda m, d: lin([1.0, -1.0], [m.Lf, m.fw[d]]) >= 0)
+    m.largest_bw = pyo.Constraint(m.Dv, doc="the largest backward load",
+                                  rule=lambda m, d: lin([1.0, -1.0], [m.Lb, m.bw[d]]) >= 0)
 
     # memory (shares of each device's capacity)
     param_users = [[] for _ in range(len(dt.params))]
@@ -210,7 +213,8 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
                 m.param_held.add(lin([1.0, -1.0], [m.pm[k, d], m.x[a, d]]) >= 0)
     m.working_set = pyo.Constraint([(a, d) for d in mem_devs for a in units_on[d].tolist() if dt.ws[a] > 0],
                                    doc="the largest working set of a device's units",
-                                   rule=lambda m, a, d: lin([1.0, -dt.ws[a] / dt.capacity[d]], [m.ws[d], m.x[a, d]]) >= 0)
+                                   rule=lambda m, a, d: lin([1.0, -dt.ws[a] / dt.capacity[d]],
+                                                            [m.ws[d], m.x[a, d]]) >= 0)
 
     def _memory(m, d):
         cap = dt.capacity[d]
@@ -245,7 +249,8 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
                     if d != e and dt.allowed[a, e] and dt.allowed[b, d]:
                         edge_rows.append((a, b, e, d))
     m.pipeline = pyo.Constraint(edge_rows, doc="an edge a -> b with a on e and b on d puts e before d",
-                                rule=lambda m, a, b, e, d: lin([1.0, 1.0, -1.0], [m.x[a, e], m.x[b, d], m.o[e, d]]) <= 1)
+                                rule=lambda m, a, b, e, d: lin([1.0, 1.0, -1.0],
+                                                               [m.x[a, e], m.x[b, d], m.o[e, d]]) <= 1)
     # identical devices: in pipeline order by index (contiguous), and the used ones first
     sym = [(c[i], c[i + 1]) for c in dt.classes for i in range(len(c) - 1)]
     m.used_first = pyo.Constraint(sym, doc="of identical devices, lower indices are used first",
@@ -258,18 +263,22 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
         m.first_unit = pyo.Var([(a, d) for a in range(U) for d in first], bounds=(0, 1),
                                doc="device runs some unit numbered <= a")
         m.first_use = pyo.Constraint([(a, d) for a in range(U) for d in first], doc="a device is used once a unit is",
-                                     rule=lambda m, a, d: lin([1.0] + ([-1.0] if a else []) + ([-1.0] if dt.allowed[a, d] else []),
-                                                              [m.first_unit[a, d]] + ([m.first_unit[a - 1, d]] if a else [])
+                                     rule=lambda m, a, d: lin([1.0] + ([-1.0] if a else [])
+                                                              + ([-1.0] if dt.allowed[a, d] else []),
+                                                              [m.first_unit[a, d]]
+                                                              + ([m.first_unit[a - 1, d]] if a else [])
                                                               + ([m.x[a, d]] if dt.allowed[a, d] else [])) <= 0)
         m.symmetry = pyo.Constraint([(a, k) for a in range(U) for k in range(len(sym))],
                                     doc="identical devices take units in order of their first unit",
                                     rule=lambda m, a, k: _sym_rule(m, a, k, sym, dt, lin))
     # 1F1B: in flight = min(m, used stages after + 1)
     m.after_def = pyo.Constraint(list(m.after.keys()), doc="e is a used stage after d",
-                                 rule=lambda m, d, e: lin([1.0, -1.0, -1.0], [m.after[d, e], m.o[d, e], m.used[e]]) >= -1)
+                                 rule=lambda m, d, e: lin([1.0, -1.0, -1.0],
+                                                          [m.after[d, e], m.o[d, e], m.used[e]]) >= -1)
     m.in_flight = pyo.Constraint(list(m.fl.keys()), doc="j or more stages after-and-including d: j in flight",
                                  rule=lambda m, d, j: lin([float(D)] + [-1.0] * (D - 1),
-                                                          [m.fl[d, j]] + [m.after[d, e] for e in range(D) if e != d]) >= 2 - j)
+                                                          [m.fl[d, j]]
+                                                          + [m.after[d, e] for e in range(D) if e != d]) >= 2 - j)
 
     def _extra(m, d, j):
         cap = dt.capacity[d]
@@ -487,7 +496,8 @@ class ThroughputIP:
         if status in (Status.OPTIMAL, Status.GAP_REACHED):
             status = Status.OPTIMAL if (gap or 0.0) <= mip.OPTIMAL_GAP else Status.GAP_REACHED
         status, bound, gap, notes = mip.unproven_if_infeasible(status, bound, gap, notes)
-        parts = [f"{result.backend} {result.termination}: incumbent {_fmt(result.incumbent)}, bound {_fmt(result.bound)}"]
+        parts = [f"{result.backend} {result.termination}: incumbent {_fmt(result.incumbent)}, "
+                 f"bound {_fmt(result.bound)}"]
         if start_obj is not None:
             parts.append(f"warm start {start_name} {start_obj:.6g}s ({result.warm_start if warm else 'not used'})")
         if origin != "ip":
