@@ -150,6 +150,6 @@ def _finish(problem: Problem, sol: Solution, name: str, tried, wall: float, opti
     # what the user asked for wins over what a solver records (e.g. the time left for an inner stage)
     user = {"time_limit": options.time_limit, "rel_gap": options.rel_gap, "threads": options.threads,
             "seed": options.seed, **({"backend": options.backend} if cert.backend else {})}
-    options = {**cert.options, **user}
-    sol = sol.with_certificate(objective=ev.objective, bound=bound, gap=gap, message=message, options=options)
+    recorded = {**cert.options, **user}
+    sol = sol.with_certificate(objective=ev.objective, bound=bound, gap=gap, message=message, options=recorded)
     return SolveResult(problem, sol, ev, name, tried, wall)

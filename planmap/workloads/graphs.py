@@ -18,13 +18,13 @@ __all__ = ["profiled_graph", "random_dag", "layered_dag"]
 
 def profiled_graph(
     edges: Sequence[tuple[int, int]],
-    cpu: Sequence[float],
-    acc: Sequence[float],
-    comm: Sequence[float] | float = 0.0,
+    cpu: Sequence[float] | np.ndarray,
+    acc: Sequence[float] | np.ndarray,
+    comm: Sequence[float] | np.ndarray | float = 0.0,
     *,
-    size: Sequence[float] | float = 0.0,
-    colocation: Sequence[int] | None = None,
-    backward: Sequence[bool] | None = None,
+    size: Sequence[float] | np.ndarray | float = 0.0,
+    colocation: Sequence[int] | np.ndarray | None = None,
+    backward: Sequence[bool] | np.ndarray | None = None,
     name: str = "synthetic",
     out_bytes: Sequence[int] | int = 0,
 ) -> OpGraph:
