@@ -68,7 +68,7 @@ def canonical_text(text: str) -> str:
         module = ir.Module.parse(text)
         if "sym_name" in module.operation.attributes:
             del module.operation.attributes["sym_name"]
-        return module.operation.get_asm(enable_debug_info=False)
+        return str(module.operation.get_asm(enable_debug_info=False))
 
 
 @dataclass(frozen=True, eq=False)
