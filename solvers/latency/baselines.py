@@ -33,14 +33,15 @@ def _pack(problem: Problem, devices: np.ndarray, target: float) -> np.ndarray:
     node_mem = g.state_bytes.astype(float) + (cost.stash_bytes if problem.mode == "training" else 0.0)
     ws = cost.working_set.astype(float)
     pv, pn = cost.param_use
-    params_of = [[] for _ in range(g.num_nodes)]
+    params_of: list[list[int]] = [[] for _ in range(g.num_nodes)]
     for p_, v in zip(pv.tolist(), pn.tolist(), strict=True):
         params_of[v].append(p_)
     pbytes = g.value_bytes.astype(float) * cost.param_factor
     t = np.where(problem.allowed, cost.device_compute, np.inf)
     cpus = topo.cpus
     dev = np.full(g.num_nodes, -1, np.int64)
-    k, mem, wmax, load, held = 0, 0.0, 0.0, 0.0, set()
+    held: set[int] = set()
+    k, mem, wmax, load = 0, 0.0, 0.0, 0.0
     for v in range(g.num_nodes):
         placed = False
         while k < len(devices):

@@ -139,7 +139,7 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
         return [m.x[v, w] for w in units_on[d] if xs[v, w] and w != exclude]
 
     # charges per (value, slot): uniform -> coefficient on cin/cout; else level rows on R/O
-    cons_of = [[] for _ in range(V)]
+    cons_of: list[list[tuple[int, int]]] = [[] for _ in range(V)]
     for i, (j, c) in enumerate(zip(dt.pair_val.tolist(), dt.pair_cons.tolist(), strict=True)):
         cons_of[j].append((i, c))
     recv_c, send_c, recv_lv, send_lv = {}, {}, {}, {}
@@ -295,8 +295,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
         return lin([1.0, -level] + [-level] * len(terms), [m.delay[i], m.x[c, w]] + terms) >= -level
     m.cpu_delay = pyo.Constraint(delay_rows, rule=_delay_level, doc="a CPU node waits for what it receives")
 
-    ins = [[] for _ in range(S)]
-    outs = [[] for _ in range(S)]
+    ins: list[list[int]] = [[] for _ in range(S)]
+    outs: list[list[int]] = [[] for _ in range(S)]
     for j, s_ in in_pairs:
         ins[s_].append(j)
     for j, s_ in out_pairs:
@@ -426,13 +426,13 @@ class LatencyIP:
         mip.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
         start, start_name, notes = best_baseline(problem, options, options.time_limit)
         start_latency = evaluate(problem, start).objective if start is not None else None
-        if start is not None and any(n.startswith("interrupted") for n in notes):
+        if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
         tb = time.perf_counter()
         try:
             model = build_model(problem, horizon=start_latency, cuts=self.cuts)
         except KeyboardInterrupt:
-            if start is None:
+            if start is None or start_latency is None:
                 raise
             return _interrupted(start, start_latency, start_name, notes + ["interrupted while building the model"],
                                 time.perf_counter() - t0)
