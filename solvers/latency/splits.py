@@ -211,7 +211,7 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
                 best[k, j], arg[k, j], on[k, j] = cand[i], i, devices[k - 1]
             else:
                 best[k, j], arg[k, j] = best[k - 1, j], -1
-        if cpu_cost is not None:  # a CPU piece: no memory limit, any number of them, k unchanged
+        if cpu is not None and cpu_cost is not None:  # a CPU piece: no memory limit, any number of them, k unchanged
             pre_t, bad, r = cpu_cost
             rdiff = np.zeros(n + 2)
             np.add.at(rdiff, lo, r[rv])
