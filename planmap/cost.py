@@ -113,9 +113,9 @@ class CostModel:
         model may use a single ``c_u`` per value. None when charges depend on the device pair.
         """
         t = self.topology
-        charges = set()
-        for paid, lat, ibw in ((t.send_paid, t.send_lat, t.send_ibw), (t.recv_paid, t.recv_lat, t.recv_ibw)):
-            charges.update(zip(lat[paid].tolist(), ibw[paid].tolist(), strict=True))
+        charges: set[tuple[float, float]] = set()
+        for paid, lats, ibws in ((t.send_paid, t.send_lat, t.send_ibw), (t.recv_paid, t.recv_lat, t.recv_ibw)):
+            charges.update(zip(lats[paid].tolist(), ibws[paid].tolist(), strict=True))
         if t.host_io.any():
             charges.add((t.host_lat, t.host_ibw))
         if len(charges) > 1:

@@ -19,11 +19,13 @@ Why this shape:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from planmap.errors import InputError
 
@@ -120,7 +122,7 @@ def _ro(a: Any, dtype) -> np.ndarray:
     return arr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class OpGraph:
     """An immutable operator graph. Build it with keyword arguments; arrays are copied read-only.
 
@@ -159,51 +161,64 @@ class OpGraph:
     value_bytes: np.ndarray
     edge_value: np.ndarray
     edge_dst: np.ndarray
-    args: tuple[Arg, ...] = ()
-    results: np.ndarray = field(default_factory=lambda: _ro([], np.int32))
-    outputs: tuple[tuple[TensorType, ...], ...] | None = None
-    dims: tuple[DimRoles | None, ...] | None = None
-    colocation: np.ndarray | None = None
-    backward: np.ndarray | None = None
-    layer: np.ndarray | None = None
-    measured: dict[str, np.ndarray] = field(default_factory=dict)
-    value_time: np.ndarray | None = None
-    members_indptr: np.ndarray | None = None
-    members: np.ndarray | None = None
-    n_original: int | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    args: tuple[Arg, ...]
+    results: np.ndarray
+    outputs: tuple[tuple[TensorType, ...], ...] | None
+    dims: tuple[DimRoles | None, ...] | None
+    colocation: np.ndarray
+    backward: np.ndarray
+    layer: np.ndarray
+    measured: dict[str, np.ndarray]
+    value_time: np.ndarray
+    members_indptr: np.ndarray
+    members: np.ndarray
+    n_original: int
+    meta: dict[str, Any]
 
-    def __post_init__(self) -> None:
-        n = len(self.kind)
+    def __init__(self, name: str, kind: Sequence[str], op_name: Sequence[str], flops: ArrayLike,
+                 bytes_accessed: ArrayLike, out_bytes: ArrayLike, state_bytes: ArrayLike, dtype: Sequence[str],
+                 value_node: ArrayLike, value_index: ArrayLike, value_bytes: ArrayLike, edge_value: ArrayLike,
+                 edge_dst: ArrayLike, args: Iterable[Arg] = (), results: ArrayLike = (),
+                 outputs: Iterable[Iterable[TensorType]] | None = None,
+                 dims: Iterable[DimRoles | None] | None = None, colocation: ArrayLike | None = None,
+                 backward: ArrayLike | None = None, layer: ArrayLike | None = None,
+                 measured: Mapping[str, ArrayLike] | None = None, value_time: ArrayLike | None = None,
+                 members_indptr: ArrayLike | None = None, members: ArrayLike | None = None,
+                 n_original: int | None = None, meta: dict[str, Any] | None = None) -> None:
+        """Columns are accepted as any array-like and stored normalised: read-only arrays of fixed
+        dtypes, tuples, and the defaults of the optional columns filled in (written out rather than
+        generated, so the attributes have their stored types and the arguments their accepted ones)."""
+        n = len(kind)
         s = object.__setattr__
-        s(self, "kind", tuple(self.kind))
-        s(self, "op_name", tuple(self.op_name))
-        s(self, "dtype", tuple(self.dtype))
-        for col, dt in (("flops", np.float64), ("bytes_accessed", np.float64), ("out_bytes", np.int64),
-                        ("state_bytes", np.int64)):
-            s(self, col, _ro(getattr(self, col), dt))
-        for col, dt in (("value_node", np.int32), ("value_index", np.int32), ("value_bytes", np.int64),
-                        ("edge_value", np.int32), ("edge_dst", np.int32), ("results", np.int32)):
-            s(self, col, _ro(getattr(self, col), dt))
+        s(self, "name", name)
+        s(self, "kind", tuple(kind))
+        s(self, "op_name", tuple(op_name))
+        s(self, "dtype", tuple(dtype))
+        for col, val, dt in (("flops", flops, np.float64), ("bytes_accessed", bytes_accessed, np.float64),
+                             ("out_bytes", out_bytes, np.int64), ("state_bytes", state_bytes, np.int64),
+                             ("value_node", value_node, np.int32), ("value_index", value_index, np.int32),
+                             ("value_bytes", value_bytes, np.int64), ("edge_value", edge_value, np.int32),
+                             ("edge_dst", edge_dst, np.int32), ("results", results, np.int32)):
+            s(self, col, _ro(val, dt))
         m = len(self.value_node)
-        s(self, "colocation", _ro(np.full(n, -1) if self.colocation is None else self.colocation, np.int32))
-        s(self, "backward", _ro(np.zeros(n, bool) if self.backward is None else self.backward, bool))
-        s(self, "layer", _ro(np.full(n, -1) if self.layer is None else self.layer, np.int32))
-        s(self, "value_time", _ro(np.full(m, np.nan) if self.value_time is None else self.value_time, np.float64))
-        s(self, "measured", {k: _ro(v, np.float64) for k, v in sorted(self.measured.items())})
-        if self.members_indptr is None:
+        s(self, "colocation", _ro(np.full(n, -1) if colocation is None else colocation, np.int32))
+        s(self, "backward", _ro(np.zeros(n, bool) if backward is None else backward, bool))
+        s(self, "layer", _ro(np.full(n, -1) if layer is None else layer, np.int32))
+        s(self, "value_time", _ro(np.full(m, np.nan) if value_time is None else value_time, np.float64))
+        s(self, "measured", {k: _ro(v, np.float64) for k, v in sorted((measured or {}).items())})
+        if members_indptr is None:
             s(self, "members_indptr", _ro(np.arange(n + 1), np.int64))
             s(self, "members", _ro(np.arange(n), np.int32))
         else:
-            s(self, "members_indptr", _ro(self.members_indptr, np.int64))
-            s(self, "members", _ro(self.members, np.int32))
-        if self.n_original is None:
-            s(self, "n_original", int(self.members.max()) + 1 if len(self.members) else 0)
-        s(self, "args", tuple(self.args))
-        if self.outputs is not None:
-            s(self, "outputs", tuple(tuple(o) for o in self.outputs))
-        if self.dims is not None:
-            s(self, "dims", tuple(self.dims))
+            s(self, "members_indptr", _ro(members_indptr, np.int64))
+            s(self, "members", _ro(members, np.int32))
+        if n_original is None:
+            n_original = int(self.members.max()) + 1 if len(self.members) else 0
+        s(self, "n_original", n_original)
+        s(self, "args", tuple(args))
+        s(self, "outputs", None if outputs is None else tuple(tuple(o) for o in outputs))
+        s(self, "dims", None if dims is None else tuple(dims))
+        s(self, "meta", {} if meta is None else meta)
         self._validate()
 
     # ------------------------------------------------------------------------------ validation

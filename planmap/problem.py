@@ -21,7 +21,7 @@ import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -169,10 +169,10 @@ class Solution:
                      **kwargs: Any) -> Solution:
         """One stage per used device, ordered by each device's first node (topological order)."""
         device_of = np.asarray(device_of, np.int32)
-        first = {}
+        first: dict[int, int] = {}
         for i, d in enumerate(device_of.tolist()):
             first.setdefault(d, i)
-        order = sorted(first, key=first.get)
+        order = sorted(first, key=first.__getitem__)
         stage_of = np.full(problem.topology.num_devices, -1, np.int32)
         stage_of[order] = np.arange(len(order), dtype=np.int32)
         return cls(stage_of[device_of], tuple(Stage((d,)) for d in order), certificate, **kwargs)
@@ -248,8 +248,10 @@ class Problem:
     microbatches: int = 1
     replication: bool = False
     batch_size: int | None = None  # samples per microbatch (the artifact's data batch), when known
-    allowed: np.ndarray | None = None
-    original: OpGraph | None = None
+    # Derived when omitted (the cost model's supported devices; the graph itself) and always set
+    # after __post_init__: typed as stored, so readers need no None checks.
+    allowed: np.ndarray = cast(np.ndarray, None)
+    original: OpGraph = cast(OpGraph, None)
     spec: Any = None  # LoadedSpec when built from a spec file
 
     def __post_init__(self) -> None:

@@ -44,7 +44,8 @@ def memory_precheck(problem: Problem) -> None:
     need = params + float(g.state_bytes.sum())
     if np.isfinite(cap).all() and need > cap.sum():
         raise InfeasibleError(
-            f"{problem.name} cannot fit: parameters{' + gradients + optimizer state' if problem.mode is Mode.TRAINING else ''}"
+            f"{problem.name} cannot fit: parameters"
+            f"{' + gradients + optimizer state' if problem.mode is Mode.TRAINING else ''}"
             f" and state need {format_bytes(need)}, the cluster has {format_bytes(cap.sum())} usable "
             f"({len(cap)} devices x {format_bytes(cap.max())} after memoryHeadroom {problem.memory_headroom:.0%}); "
             "binding constraint: device memory")
@@ -150,6 +151,6 @@ def _finish(problem: Problem, sol: Solution, name: str, tried, wall: float, opti
     # what the user asked for wins over what a solver records (e.g. the time left for an inner stage)
     user = {"time_limit": options.time_limit, "rel_gap": options.rel_gap, "threads": options.threads,
             "seed": options.seed, **({"backend": options.backend} if cert.backend else {})}
-    options = {**cert.options, **user}
-    sol = sol.with_certificate(objective=ev.objective, bound=bound, gap=gap, message=message, options=options)
+    recorded = {**cert.options, **user}
+    sol = sol.with_certificate(objective=ev.objective, bound=bound, gap=gap, message=message, options=recorded)
     return SolveResult(problem, sol, ev, name, tried, wall)

@@ -16,6 +16,7 @@ StableHLO (whatever printed it) is annotated the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from planmap.errors import InputError
 
@@ -27,7 +28,7 @@ Spec = tuple  # PartitionSpec-like: entries None | str | tuple[str, ...]
 
 def normalize_spec(spec: Sequence, rank: int, what: str) -> Spec:
     """``spec`` as a tuple of ``None | str | tuple[str, ...]`` padded with None to ``rank`` entries."""
-    out = []
+    out: list[str | tuple[str, ...] | None] = []
     for entry in spec:
         if entry is None or isinstance(entry, str):
             out.append(entry)
@@ -83,7 +84,7 @@ def _set_in_dict_array(op, name: str, index: int, count: int, key: str, value) -
 
 
 def annotate_module(module, ctx, axes: Sequence[tuple[str, int]], *, arg_specs: dict[int, Spec],
-                    result_specs: dict[int, Spec], constraints: Sequence[tuple[object, int, Spec]]) -> None:
+                    result_specs: dict[int, Spec], constraints: Sequence[tuple[Any, int, Spec]]) -> None:
     """Add the mesh, argument/result shardings and constraints (``(op, result number, spec)``) in place."""
     from jax.extend.mlir import ir
     from jax.extend.mlir.dialects import sdy

@@ -74,7 +74,8 @@ def check_same_artifact(planned: Artifact, text: str, what: str = "the function"
     mine, theirs = canonical_text(text), canonical_text(planned.text)
     if mine == theirs:
         return
-    diff = list(difflib.unified_diff(theirs.splitlines(), mine.splitlines(), "planned artifact", what, n=0, lineterm=""))
+    diff = list(difflib.unified_diff(theirs.splitlines(), mine.splitlines(), "planned artifact", what,
+                                     n=0, lineterm=""))
     first = next((line for line in diff[2:] if line[:1] in "+-" and not line.startswith("@@")), "")
     raise PlanmapError(f"{what} does not export to the planned artifact {planned.path or ''}: "
                        f"{sum(1 for d in diff[2:] if d[:1] in '+-')} line(s) differ, first: {first.strip()[:160]}; "

@@ -68,7 +68,7 @@ def canonical_text(text: str) -> str:
         module = ir.Module.parse(text)
         if "sym_name" in module.operation.attributes:
             del module.operation.attributes["sym_name"]
-        return module.operation.get_asm(enable_debug_info=False)
+        return str(module.operation.get_asm(enable_debug_info=False))
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,7 +134,8 @@ class Artifact:
                     name = ir.StringAttr(d["jax.result_info"]).value or name
             res_names.append(name)
         n_ops = sum(1 for _ in entry_ops(block))
-        return cls(text=module.operation.get_asm(enable_debug_info=True), in_types=tuple(_tensor_type(t) for t in ftype.inputs),
+        return cls(text=module.operation.get_asm(enable_debug_info=True),
+                   in_types=tuple(_tensor_type(t) for t in ftype.inputs),
                    out_types=tuple(_tensor_type(t) for t in ftype.results), arg_names=arg_names,
                    result_names=tuple(res_names), n_ops=n_ops, path=path)
 

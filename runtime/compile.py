@@ -64,8 +64,8 @@ def compile_segment(artifact: Artifact, graph: EntryGraph, cut: SegmentCut, stag
     else:
         out_specs = tuple(None for _ in out_specs)
     abstract = mesh.mesh.abstract_mesh
-    in_types = [graph.type_of(r) for r in cut.inputs]
-    out_types = [graph.type_of(r) for r in cut.outputs]
+    in_types = [graph.tensor_type(r) for r in cut.inputs]
+    out_types = [graph.tensor_type(r) for r in cut.outputs]
     exported = to_exported(
         module, ctx, in_types, out_types, nr_devices=mesh.size, platform=mesh.platform,
         in_shardings=[NamedSharding(abstract, P(*s)) for s in in_specs],

@@ -27,11 +27,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from planmap.errors import InputError, PlanmapError
 from planmap.plan.document import PlanDocument, StageDoc
+
+if TYPE_CHECKING:  # jax is imported lazily
+    from jax.sharding import Mesh
 
 __all__ = ["StageMesh", "map_devices", "stage_meshes", "ONE_DEVICE_AXIS"]
 
@@ -42,7 +46,7 @@ ONE_DEVICE_AXIS = "device"
 class StageMesh:
     """A stage's ``jax.sharding.Mesh`` and how it was derived (``kind``: own, single, plan, replicated)."""
 
-    mesh: object
+    mesh: Mesh
     kind: str
 
     @property
@@ -103,7 +107,7 @@ def _by_process(names: list[str]) -> dict[str, object] | None:
     if len(hosts) != jax.process_count():
         return None
     local = {p: [d for d in jax.devices() if d.process_index == p] for p in range(jax.process_count())}
-    out = {}
+    out: dict[str, object] = {}
     for p, host in enumerate(hosts):
         members = [n for n in names if _host(n) == host]
         if len(members) > len(local[p]):
@@ -133,7 +137,8 @@ def _stage_mesh(doc: PlanDocument, st: StageDoc, device_map: dict[str, object], 
             raise InputError(f"plan stage {st.id}: its mesh has {len(st.mesh.axis_names)} axis names "
                              f"but {len(st.mesh.axis_sizes)} sizes")
         if int(np.prod(st.mesh.axis_sizes)) != len(devs):
-            raise InputError(f"plan stage {st.id}: its mesh {dict(zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True))} "
+            mesh = dict(zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True))
+            raise InputError(f"plan stage {st.id}: its mesh {mesh} "
                              f"requires {int(np.prod(st.mesh.axis_sizes))} devices, but the stage has {len(devs)}")
         names, sizes = _fit_batch(st.mesh.axis_names, st.mesh.axis_sizes, batch)
         return StageMesh(_mesh(devs, names, sizes), "own")

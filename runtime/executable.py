@@ -192,7 +192,7 @@ class Executable:
         op, r = ref
         if op == ARG:
             if r in self.layouts.data_args:
-                key = ("arg", r, m, sharding)
+                key: tuple = ("arg", r, m, sharding)
                 if key not in placed:
                     placed[key] = place(self._microbatch(args[r], m), sharding)
             else:
@@ -209,6 +209,8 @@ class Executable:
         if self.microbatches == 1:
             return x
         b = self.batch
+        if b is None:
+            raise PlanmapError("splitting a batch into microbatches requires the artifact's batch size")
         if isinstance(x, np.ndarray):
             return x[m * b:(m + 1) * b]
         import jax
@@ -235,6 +237,7 @@ class Executable:
                 raise InputError(f"argument {i} ({self.artifact.arg_names[i]}) requires shape {want_shape}{hint}, "
                                  f"but got {tuple(x.shape)}")
             if x.dtype != want:
-                raise InputError(f"argument {i} ({self.artifact.arg_names[i]}) requires dtype {want}, but got {x.dtype}")
+                raise InputError(f"argument {i} ({self.artifact.arg_names[i]}) requires dtype {want}, "
+                                 f"but got {x.dtype}")
             out.append(x)
         return out

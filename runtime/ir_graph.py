@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.errors import PlanmapError
 from planmap.frontend.stablehlo import entry_return, top_level_ops
 from planmap.graph import TensorType
 from planmap.runtime.artifact import Artifact, _tensor_type, entry_function, make_context
@@ -89,6 +90,13 @@ class EntryGraph:
     def type_of(self, ref: Ref) -> TensorType | None:
         op, r = ref
         return self.arg_types[r] if op == ARG else self.result_types[op][r]
+
+    def tensor_type(self, ref: Ref) -> TensorType:
+        """The type of a value that must be a tensor (a segment boundary, a sharded value)."""
+        t = self.type_of(ref)
+        if t is None:
+            raise PlanmapError(f"value {ref} of the artifact is not a tensor")
+        return t
 
     def depends_on(self, args: set[int] | frozenset[int]) -> np.ndarray:
         """Per op: whether it (transitively) uses one of the arguments ``args``."""

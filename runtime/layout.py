@@ -81,7 +81,8 @@ class Layouts:
             t = graph.result_types[e.op][e.result]
             if t is None:
                 raise InputError(f"the plan constrains op {e.op} result {e.result}, which is not a tensor")
-            self.value_specs[(e.op, e.result)] = normalize_spec(_spec_of(e.spec), t.rank, f"op {e.op} result {e.result}")
+            self.value_specs[(e.op, e.result)] = normalize_spec(_spec_of(e.spec), t.rank,
+                                                                f"op {e.op} result {e.result}")
 
     def batched(self, ref: Ref) -> bool:
         """Depends on a data argument and dim 0 is the microbatch size."""
@@ -92,8 +93,8 @@ class Layouts:
 
     def _batch_rule(self, ref: Ref, axes: dict[str, int]) -> Spec | None:
         r = axes.get("data", 1)
-        if r > 1 and self.batched(ref) and self.batch % r == 0:
-            return ("data",) + (None,) * (self.graph.type_of(ref).rank - 1)
+        if r > 1 and self.batch is not None and self.batched(ref) and self.batch % r == 0:
+            return ("data",) + (None,) * (self.graph.tensor_type(ref).rank - 1)
         return None
 
     def _explicit(self, ref: Ref, axes: dict[str, int]) -> Spec | None:
@@ -105,7 +106,7 @@ class Layouts:
         restricted = restrict_spec(spec, list(axes))
         if is_replicated(restricted) and not is_replicated(spec):
             return None
-        self._check_divides(restricted, self.graph.type_of(ref).shape, axes, ref)
+        self._check_divides(restricted, self.graph.tensor_type(ref).shape, axes, ref)
         return restricted
 
     def input_spec(self, ref: Ref, axes: dict[str, int]) -> Spec:
@@ -113,7 +114,7 @@ class Layouts:
         explicit = self._explicit(ref, axes)
         if explicit is not None:
             return explicit
-        return self._batch_rule(ref, axes) or (None,) * self.graph.type_of(ref).rank
+        return self._batch_rule(ref, axes) or (None,) * self.graph.tensor_type(ref).rank
 
     def output_spec(self, ref: Ref, axes: dict[str, int]) -> Spec | None:
         """Layout of a segment result; None leaves it to the partitioner."""

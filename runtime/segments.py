@@ -77,7 +77,7 @@ def _order(graph: EntryGraph, segments: list[Segment]) -> list[int] | None:
     seg_of = np.empty(graph.n_ops, np.int64)
     for s, seg in enumerate(segments):
         seg_of[list(seg.ops)] = s
-    deps = [set() for _ in segments]
+    deps: list[set[int]] = [set() for _ in segments]
     for s, seg in enumerate(segments):
         for i in seg.ops:
             deps[s].update(int(seg_of[p]) for p in _producers(graph, i) if seg_of[p] != s)

@@ -67,7 +67,8 @@ def _ancestors(graph: EntryGraph, op: int, cheap: np.ndarray, acc: set[int]) -> 
 def plan_cuts(graph: EntryGraph, segments: list[list[int]], *, recompute: bool = True) -> list[SegmentCut]:
     """The cut of each segment (op ids per segment; together they cover every op exactly once)."""
     cheap = recomputable(graph) if recompute else np.zeros(graph.n_ops, bool)
-    kept_sets, inputs = [], []
+    kept_sets: list[tuple[set[int], set[int]]] = []
+    inputs: list[tuple[Ref, ...]] = []
     for seg in segments:
         own = set(seg)
         extra: set[int] = set()
@@ -84,9 +85,10 @@ def plan_cuts(graph: EntryGraph, segments: list[list[int]], *, recompute: bool =
         inputs.append(tuple(sorted(r for r in ins if r[0] == ARG)) + tuple(sorted(r for r in ins if r[0] != ARG)))
     needed: set[Ref] = {r for ins in inputs for r in ins if r[0] != ARG} | {r for r in graph.returns if r[0] != ARG}
     cuts = []
-    for (own, extra), ins in zip(kept_sets, inputs, strict=True):
+    for (own, extra), cut_inputs in zip(kept_sets, inputs, strict=True):
         outs = tuple(sorted(r for r in needed if r[0] in own))
-        cuts.append(SegmentCut(ops=tuple(sorted(own)), recompute=tuple(sorted(extra)), inputs=ins, outputs=outs))
+        cuts.append(SegmentCut(ops=tuple(sorted(own)), recompute=tuple(sorted(extra)), inputs=cut_inputs,
+                               outputs=outs))
     return cuts
 
 

@@ -40,7 +40,8 @@ class Trainer:
         self.loss_output = loss_output
         self.grad_outputs = [k for k in range(len(outs)) if k != loss_output][: len(self.param_args)]
         if len(self.grad_outputs) != len(self.param_args) or any(
-                outs[k] != executable.artifact.in_types[i] for k, i in zip(self.grad_outputs, self.param_args, strict=True)):
+                outs[k] != executable.artifact.in_types[i]
+                for k, i in zip(self.grad_outputs, self.param_args, strict=True)):
             raise InputError("a Trainer requires a value-and-grad artifact whose results are (loss, one gradient per "
                              f"parameter argument, in order); this one has {len(self.param_args)} parameters and "
                              f"results {[str(t) for t in outs]}")

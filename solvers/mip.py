@@ -262,8 +262,10 @@ class _Recorder:
 
     def observe(self, incumbent: float | None, bound: float | None, message: str = "") -> None:
         inc, bnd = self._conv(incumbent), self._conv(bound)
-        better_inc = inc is not None and (self.incumbent is None or self.sense * (inc - self.incumbent) < -1e-12 * max(1.0, abs(inc)))
-        better_bnd = bnd is not None and (self.bound is None or self.sense * (bnd - self.bound) > 1e-12 * max(1.0, abs(bnd)))
+        better_inc = inc is not None and (self.incumbent is None
+                                          or self.sense * (inc - self.incumbent) < -1e-12 * max(1.0, abs(inc)))
+        better_bnd = bnd is not None and (self.bound is None
+                                          or self.sense * (bnd - self.bound) > 1e-12 * max(1.0, abs(bnd)))
         if not (better_inc or better_bnd):
             return
         if better_inc:

@@ -80,7 +80,8 @@ def contiguous_repair(problem: Problem, device_of: np.ndarray, *, devices=None, 
     elem_device[el] = device_of[nodes]
     P = E
     pool = [int(d) for d in (devices if devices is not None else
-                             np.union1d(pieces.piece_device, topo.accelerators if len(topo.accelerators) else topo.cpus))]
+                             np.union1d(pieces.piece_device,
+                                        topo.accelerators if len(topo.accelerators) else topo.cpus))]
     work = problem.cost.device_compute
     node_mem, ws = node_memory(problem)
     cap = problem.capacity
@@ -299,7 +300,8 @@ def single_device(problem: Problem, certificate: Certificate) -> tuple[Solution,
         if not problem.allowed[:, d].all():
             continue
         sol = Solution.from_devices(problem, np.full(problem.graph.num_nodes, d, np.int32), certificate,
-                                    schedule=problem.schedule if problem.objective is ObjectiveKind.THROUGHPUT else None,
+                                    schedule=(problem.schedule if problem.objective is ObjectiveKind.THROUGHPUT
+                                              else None),
                                     microbatches=max(problem.microbatches, 1))
         ev = evaluate(problem, sol)
         key = (not ev.feasible, ev.objective)

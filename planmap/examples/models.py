@@ -9,7 +9,7 @@ step returning ``(loss, grads)``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import jax
 import jax.numpy as jnp
@@ -152,7 +152,18 @@ gpt = ModelDef(
 
 
 # ------------------------------------------------------------------------------------------ CNN
-CNN = dict(stages=((16, 2), (32, 2), (64, 2)), batch=8, size=32, classes=10)
+
+
+class CnnShape(TypedDict):
+    """The CNN's sizes: (channels, blocks) per stage, batch, image side, classes."""
+
+    stages: tuple[tuple[int, int], ...]
+    batch: int
+    size: int
+    classes: int
+
+
+CNN = CnnShape(stages=((16, 2), (32, 2), (64, 2)), batch=8, size=32, classes=10)
 
 
 def _conv(x, w, stride=1):

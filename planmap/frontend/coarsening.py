@@ -250,7 +250,7 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
                 names.append(graph.op_name[h])
         dtypes.append(graph.dtype[h])
         contractions = [i for i in mem if graph.dims is not None and graph.dims[i] is not None]
-        dims.append(graph.dims[contractions[0]] if len(contractions) == 1 else None)
+        dims.append(graph.dims[contractions[0]] if graph.dims is not None and len(contractions) == 1 else None)
         outputs.append(tuple(_value_type(graph, int(v)) for v in kept[(v_node == c)]))
         if is_layer:
             layer[c] = layer_of_group[g]

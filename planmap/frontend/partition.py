@@ -96,10 +96,10 @@ class Partition:
         s, p = self.succs[g], self.preds[g]
         first_succ = self.earliest_succ(g)
         last_pred = self.latest_pred(g)
-        order = []
-        if len(s) == 1:
+        order: list[int] = []
+        if len(s) == 1 and first_succ is not None:
             order.append(first_succ)
-        if len(p) == 1:
+        if len(p) == 1 and last_pred is not None:
             order.append(last_pred)
         if not p and first_succ is not None:
             order.append(first_succ)

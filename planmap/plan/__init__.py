@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def default_plan_path(spec_path: Path) -> Path:
     return Path("plans") / f"{Path(spec_path).stem}.plan.yaml"
 
 
-def header(spec_path: Path, plan_path: Path, extra_args: list[str] = ()) -> list[str]:
+def header(spec_path: Path, plan_path: Path, extra_args: Sequence[str] = ()) -> list[str]:
     """The comment lines at the top of a plan: what wrote it and how to regenerate it.
 
     Paths are relative to the plan's directory so the bytes do not depend on where solve ran.
@@ -97,7 +98,7 @@ def save(doc: PlanDocument, path: Path, *, header_lines: list[str]) -> Path:
 
 def stale_inputs(plan: LoadedPlan) -> list[tuple[str, str, str, str | None]]:
     """(role, path, recorded sha256, current sha256 or None if missing) for every changed input."""
-    out = []
+    out: list[tuple[str, str, str, str | None]] = []
     for inp in plan.document.inputs:
         p = (plan.path.parent / inp.path)
         current = sha256_file(p) if p.is_file() else None

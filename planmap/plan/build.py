@@ -8,7 +8,7 @@ whatever coarsening was used; :func:`to_solution` maps them back onto a problem'
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,7 @@ def stage_mesh(axes: Sequence[tuple[str, int]]) -> StageMesh | None:
     return StageMesh(axis_names=[a for a, _ in axes], axis_sizes=[s for _, s in axes])
 
 
-def shardings_doc(args: dict[int, Sequence], values: dict[tuple[int, int], Sequence], *,
+def shardings_doc(args: Mapping[int, Sequence], values: Mapping[tuple[int, int], Sequence], *,
                   arg_names: dict[int, str] | None = None, op_names: Sequence[str] | None = None) -> ShardingsDoc:
     """PartitionSpecs by argument index and by (op id, result number), sorted, with names for reading."""
     arg_names = arg_names or {}
@@ -130,7 +130,7 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
     g, topo = problem.graph, problem.topology
     throughput = problem.objective is ObjectiveKind.THROUGHPUT
     order = list(evaluation.stage_order) if throughput else list(range(solution.num_stages))
-    stages = []
+    stages: list[StageDoc] = []
     for k in order:
         nodes = np.flatnonzero(solution.assignment == k)
         if len(nodes) == 0:
@@ -206,9 +206,10 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
     if doc.shardings.args or doc.shardings.values:
         shardings = Shardings(
             mesh_axes=tuple(zip(doc.mesh.axis_names, doc.mesh.axis_sizes, strict=True)),
-            args={e.arg: tuple(tuple(x) if isinstance(x, list) else x for x in e.spec) for e in doc.shardings.args},
+            args={e.arg: tuple(tuple(x) if isinstance(x, list) else x for x in e.spec)
+                  for e in doc.shardings.args if e.arg is not None},
             values={(e.op, e.result): tuple(tuple(x) if isinstance(x, list) else x for x in e.spec)
-                    for e in doc.shardings.values})
+                    for e in doc.shardings.values if e.op is not None})
     status = Status(doc.solver.status) if doc.solver.status in {s.value for s in Status} else Status.HEURISTIC
     cert = Certificate(status, doc.solver.name, version=doc.solver.version, backend=doc.solver.backend,
                        objective=None if doc.solver.objective_ns is None else doc.solver.objective_ns * 1e-9,

@@ -12,13 +12,16 @@ import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from planmap.spec.diagnostics import Diagnostic, SpecError
 from planmap.spec.models import API_VERSION, Cluster, PlanSpec
 from planmap.spec.yamlpos import Positions, read_yaml
+
+M = TypeVar("M", bound=BaseModel)
 
 __all__ = ["load_spec", "load_cluster", "load_document", "LoadedSpec", "KINDS"]
 
@@ -112,7 +115,7 @@ def _clean_loc(loc: tuple) -> tuple:
     return tuple(out)
 
 
-def _translate(err: dict, root: type[BaseModel], pos: Positions, file: str, prefix: tuple) -> Diagnostic | None:
+def _translate(err: ErrorDetails, root: type[BaseModel], pos: Positions, file: str, prefix: tuple) -> Diagnostic | None:
     typ = err["type"]
     ctx = err.get("ctx") or {}
     loc = prefix + _clean_loc(err["loc"]) + tuple(ctx.get("at") or ())
@@ -122,7 +125,8 @@ def _translate(err: dict, root: type[BaseModel], pos: Positions, file: str, pref
         line, col = pos.of_missing(loc)
         field = loc[-1]
         model = _field_model(root, loc[:-1])
-        desc = model.model_fields.get(_by_alias(model, field)).description if model else None
+        info = model.model_fields.get(_by_alias(model, field)) if model else None
+        desc = info.description if info else None
         return Diagnostic(file, line, col, "missing-field", f"missing required field {field!r}",
                           expected=(desc.split(".")[0] if desc else None))
     if typ == "extra_forbidden":
@@ -221,8 +225,8 @@ def _header(data: Any, pos: Positions, file: str, want: str | None) -> list[Diag
     return diags
 
 
-def _validate(model: type[BaseModel], data: Any, pos: Positions, file: str, context: dict,
-              skip: tuple[tuple, ...] = ()) -> tuple[BaseModel | None, list[Diagnostic]]:
+def _validate(model: type[M], data: Any, pos: Positions, file: str, context: dict,
+              skip: tuple[tuple, ...] = ()) -> tuple[M | None, list[Diagnostic]]:
     try:
         return model.model_validate(data, context=context), []
     except ValidationError as e:
@@ -257,7 +261,7 @@ def load_cluster(path: str | Path) -> Cluster:
     if diags:
         raise SpecError(diags)
     doc, errs = _validate(Cluster, data, pos, str(path), {"base_dir": path.parent})
-    if errs:
+    if errs or doc is None:
         raise SpecError(errs)
     return doc
 
@@ -296,7 +300,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
             data = {**data, "spec": {**body, "cluster": _PLACEHOLDER}}
     doc, errs = _validate(PlanSpec, data, pos, str(path), {"base_dir": path.parent}, skip=skip)
     diags += errs
-    if diags:
+    if diags or doc is None:
         raise SpecError(diags)
     return LoadedSpec(doc, path, cluster_path)
 

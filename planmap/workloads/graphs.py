@@ -18,13 +18,13 @@ __all__ = ["profiled_graph", "random_dag", "layered_dag"]
 
 def profiled_graph(
     edges: Sequence[tuple[int, int]],
-    cpu: Sequence[float],
-    acc: Sequence[float],
-    comm: Sequence[float] | float = 0.0,
+    cpu: Sequence[float] | np.ndarray,
+    acc: Sequence[float] | np.ndarray,
+    comm: Sequence[float] | np.ndarray | float = 0.0,
     *,
-    size: Sequence[float] | float = 0.0,
-    colocation: Sequence[int] | None = None,
-    backward: Sequence[bool] | None = None,
+    size: Sequence[float] | np.ndarray | float = 0.0,
+    colocation: Sequence[int] | np.ndarray | None = None,
+    backward: Sequence[bool] | np.ndarray | None = None,
     name: str = "synthetic",
     out_bytes: Sequence[int] | int = 0,
 ) -> OpGraph:
@@ -133,7 +133,8 @@ def paper_topology(accelerators: int = 4, cpus: int = 1, *, memory: float | int 
         devices.insert(0, {"name": "cpu", "type": "cpu", "count": cpus})
     body = ClusterBody.model_validate({
         "deviceTypes": [
-            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s", "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
+            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s",
+             "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
             {"name": "acc", "kind": accelerator_kind, "memory": int(memory), "memoryBandwidth": "1TB/s",
              "peakFlops": [{"dtype": "f32", "rate": "100TFLOP/s"}]},
         ],

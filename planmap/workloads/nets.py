@@ -190,7 +190,8 @@ def resnet50(*, granularity: str = "operator", image: int = 224, batch: int = 32
     return net.graph()
 
 
-def gnmt(*, steps: int = 8, encoder_layers: int = 4, decoder_layers: int = 4, batch: int = 64, seed: int = 0) -> OpGraph:
+def gnmt(*, steps: int = 8, encoder_layers: int = 4, decoder_layers: int = 4, batch: int = 64,
+         seed: int = 0) -> OpGraph:
     """GNMT-style translation model unrolled over ``steps``: a grid of LSTM cells (encoder, the first
     layer bidirectional) and a decoder whose every step attends over all encoder outputs (~100
     nodes at the defaults, a layer graph)."""
@@ -198,7 +199,8 @@ def gnmt(*, steps: int = 8, encoder_layers: int = 4, decoder_layers: int = 4, ba
     hid = batch * 1024 * 4 / MB
     cell_w = 8 * 1024 * 1024 * 4 / MB
     emb = net.op([], 0.5, hid * steps, weight_mb=128.0, weights=0)
-    fwd, bwd = [], []
+    fwd: list[int] = []
+    bwd: list[int] = []
     for t in range(steps):
         fwd.append(net.op([emb] + fwd[-1:], 0.9, hid, weight_mb=cell_w if t == 0 else 0, weights=0))
     for t in range(steps):

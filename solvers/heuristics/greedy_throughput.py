@@ -38,7 +38,7 @@ def _unit_positions(problem: Problem) -> np.ndarray:
     cls = g.colocation
     has = (cls >= 0) & fwd
     if has.any():
-        first = {}
+        first: dict[int, int] = {}
         for i in np.flatnonzero(has).tolist():
             first.setdefault(int(cls[i]), pos[i])
         for i in np.flatnonzero(cls >= 0).tolist():

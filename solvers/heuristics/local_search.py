@@ -68,7 +68,8 @@ def _perturb(search: SearchState, device_of: np.ndarray, units_of, candidates_fo
     rng, nb = search.rng, search.nb
     size = max(2, n // 33)
     start = int(rng.integers(n))
-    group, seen, frontier = [], {start}, [start]
+    group: list[int] = []
+    seen, frontier = {start}, [start]
     while frontier and len(group) < size:
         v = frontier.pop(0)
         group.append(v)

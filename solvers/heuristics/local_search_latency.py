@@ -10,6 +10,8 @@ neighbour.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 
 from planmap.evaluate import Evaluation
@@ -22,6 +24,15 @@ from .local_search_state import EPS, SearchState
 __all__ = ["descend_latency"]
 
 
+class _Incumbent(TypedDict):
+    """The search's current placement: node devices, its solution and that solution's evaluation."""
+
+    dev: np.ndarray
+    sol: Solution
+    ev: Evaluation
+
+
+
 def _latency_groups(problem: Problem, dev: np.ndarray, sol: Solution, units_of) -> list[list[int]]:
     """Groups that move as a whole: each accelerator call of ``sol``; each connected region of
     operators on one CPU; and each such region's connected parts that every accelerator can run
@@ -32,7 +43,7 @@ def _latency_groups(problem: Problem, dev: np.ndarray, sol: Solution, units_of) 
     s, d = problem.graph.node_edges
     on_cpu = is_cpu[dev]
     same = on_cpu[s] & on_cpu[d] & (dev[s] == dev[d])
-    portable = problem.allowed[:, problem.topology.accelerators].all(axis=1)
+    portable = np.asarray(problem.allowed[:, problem.topology.accelerators].all(axis=1))
     for keep, members in ((same, on_cpu), (same & portable[s] & portable[d], on_cpu & portable)):
         groups += _components(len(dev), s[keep], d[keep], np.flatnonzero(members))
     out, seen = [], set()
@@ -76,7 +87,7 @@ def descend_latency(search: SearchState, device_of: np.ndarray, sol: Solution, e
     nb = search.nb
     adj = adjacency(problem)
     preds, succs = adj
-    state = {"dev": device_of.copy(), "sol": sol, "ev": ev}
+    state: _Incumbent = {"dev": device_of.copy(), "sol": sol, "ev": ev}
 
     def attempt(t: np.ndarray, fix: bool = False) -> bool:
         """Take ``t`` if it is better; with ``fix``, an infeasible ``t`` gets a second chance repaired
@@ -88,7 +99,7 @@ def descend_latency(search: SearchState, device_of: np.ndarray, sol: Solution, e
             trial = solution_from_devices(problem, t, cert, adjacency_lists=adj)
             tev = search.evaluate(trial)
         if tev.feasible and tev.objective < state["ev"].objective * (1 - 1e-12) - EPS:
-            state.update(dev=t, sol=trial, ev=tev)
+            state["dev"], state["sol"], state["ev"] = t, trial, tev
             search.offer(trial, tev)
             return True
         return False

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from planmap.crossings import crossings
-from planmap.evaluate import evaluate
+from planmap.evaluate import Evaluation, evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.vocabulary import ObjectiveKind
 
@@ -137,10 +137,10 @@ def metis_partition(problem: Problem, seed: int = 0, balance: str = "compute") -
     opts = pymetis.Options(seed=int(seed))
     graph = pymetis.CSRAdjacency(xadj.astype(np.int32).tolist(), v.astype(np.int32).tolist())
     with _quiet_c_output():
-        _, parts = pymetis.part_graph(k, graph, vweights=_scaled(vw).tolist(),
-                                      eweights=_scaled(w).tolist() if len(w) else None, tpwgts=tp.tolist(),
-                                      options=opts)
-    parts = np.asarray(parts, np.int64)
+        _, membership = pymetis.part_graph(k, graph, vweights=_scaled(vw).tolist(),
+                                           eweights=_scaled(w).tolist() if len(w) else None, tpwgts=tp.tolist(),
+                                           options=opts)
+    parts = np.asarray(membership, np.int64)
     # within one device type, parts go to devices in the order of where their work sits
     mean_pos = np.full(k, np.inf)
     node_part = parts[vid]
@@ -167,16 +167,16 @@ class Metis:
 
         t0 = time.perf_counter()
         cert = Certificate(Status.HEURISTIC, self.name, version=VERSION)
-        best = None
+        tried: list[tuple[Solution, Evaluation]] = []
         for balance in ("compute", "memory"):
             device_of = repair(problem, supported(problem, metis_partition(problem, options.seed, balance)))
             sol = solution_from_devices(problem, device_of, cert)
             ev = evaluate(problem, sol)
-            if best is None or (not ev.feasible, ev.objective) < (not best[1].feasible, best[1].objective):
-                best = (sol, ev)
+            tried.append((sol, ev))
             if ev.feasible and balance == "compute" and not _memory_tight(ev):
                 break
-        return best_effort(problem, *best, cert, options, t0)
+        sol, ev = min(tried, key=lambda c: (not c[1].feasible, c[1].objective))  # the first of equals
+        return best_effort(problem, sol, ev, cert, options, t0)
 
 
 def _memory_tight(ev) -> bool:

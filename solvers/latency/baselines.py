@@ -34,14 +34,15 @@ def _pack(problem: Problem, devices: np.ndarray, target: float) -> np.ndarray:
     node_mem = g.state_bytes.astype(float) + (cost.stash_bytes if problem.mode is Mode.TRAINING else 0.0)
     ws = cost.working_set.astype(float)
     pv, pn = cost.param_use
-    params_of = [[] for _ in range(g.num_nodes)]
+    params_of: list[list[int]] = [[] for _ in range(g.num_nodes)]
     for p_, v in zip(pv.tolist(), pn.tolist(), strict=True):
         params_of[v].append(p_)
     pbytes = g.value_bytes.astype(float) * cost.param_factor
     t = np.where(problem.allowed, cost.device_compute, np.inf)
     cpus = topo.cpus
     dev = np.full(g.num_nodes, -1, np.int64)
-    k, mem, wmax, load, held = 0, 0.0, 0.0, 0.0, set()
+    held: set[int] = set()
+    k, mem, wmax, load = 0, 0.0, 0.0, 0.0
     for v in range(g.num_nodes):
         placed = False
         while k < len(devices):
@@ -92,7 +93,8 @@ def packed_splits(problem: Problem) -> list[Solution]:
     return out
 
 
-def best_baseline(problem: Problem, options: SolveOptions, time_budget: float) -> tuple[Solution | None, str, list[str]]:
+def best_baseline(problem: Problem, options: SolveOptions,
+                  time_budget: float) -> tuple[Solution | None, str, list[str]]:
     """The fastest feasible placement among ``options.warm_start`` and the registry's baselines
     (those installed; the throughput DP's max-load split counts as a latency placement too)."""
     from planmap import solvers

@@ -284,7 +284,8 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         if len(uses) > 1:  # convexity: a consumer outside the call takes its descendants out with it
             out, out_fin = _coupled(out, w, desc), _coupled(out_fin, w, desc)
         stay = np.where(in_call & allowed[w][:, :, None], t[w][:, :, None], inf)  # consumer kept in the call
-        G[v] = np.where(fits, np.maximum(np.minimum(out[:, :, None], stay + _shift(G[w], size[v])).max(axis=0), 0.0), inf)
+        best = np.maximum(np.minimum(out[:, :, None], stay + _shift(G[w], size[v])).max(axis=0), 0.0)
+        G[v] = np.where(fits, best, inf)
         R[v] = np.where(fits & acc[:, None], np.minimum(leave[:, :, None], stay + _shift(R[w], size[v])).max(axis=0),
                         np.where(fits, 0.0, inf))
         fin_same = np.where(acc[None] & allowed[w], tail_fin[w], inf)

@@ -209,7 +209,8 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     return LatencyData(
         n=n, q=q, time_scale=time_scale, horizon=H, unit_dev=unit_dev, num_slots=len(slot_dev),
         slot_pos=slot_pos, t=t, allowed=allowed, val_prod=val_prod, pair_val=pair_val, pair_cons=pair_cons,
-        recv=recv, send=send, edges=tuple(np.asarray(x, np.int64) for x in g.node_edges),
+        recv=recv, send=send,
+        edges=(np.asarray(g.node_edges[0], np.int64), np.asarray(g.node_edges[1], np.int64)),
         head=head, node_mem=node_mem, working_set=working_set, param_use=param_use, param_bytes=param_bytes,
         capacity=capacity, colocated=colocated, classes=tuple(interchangeable_devices(problem)),
         bounds=tb, lat_ub=lat_ub,

@@ -140,7 +140,7 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
         return [m.x[v, w] for w in units_on[d] if xs[v, w] and w != exclude]
 
     # charges per (value, slot): uniform -> coefficient on cin/cout; else level rows on R/O
-    cons_of = [[] for _ in range(V)]
+    cons_of: list[list[tuple[int, int]]] = [[] for _ in range(V)]
     for i, (j, c) in enumerate(zip(dt.pair_val.tolist(), dt.pair_cons.tolist(), strict=True)):
         cons_of[j].append((i, c))
     recv_c, send_c, recv_lv, send_lv = {}, {}, {}, {}
@@ -186,7 +186,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
 
     # --------------------------------------------------------------------------- Constraints
     m.assign = pyo.Constraint(m.N, doc="every node runs on exactly one unit",
-                              rule=lambda m, v: (1, lin([1.0] * int(xs[v].sum()), [m.x[v, w] for w in np.flatnonzero(xs[v])]), 1))
+                              rule=lambda m, v: (1, lin([1.0] * int(xs[v].sum()),
+                                                        [m.x[v, w] for w in np.flatnonzero(xs[v])]), 1))
 
     coloc_idx = [(a, b, d) for a, b in dt.colocated for d in range(D)
                  if len(y_terms(a, d)) + len(y_terms(b, d)) > 0]
@@ -232,7 +233,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
         return lin([1.0, -1.0], [m.z[v, s], m.x[v, s]]) >= 0 if xs[v, s] else pyo.Constraint.Skip
     m.convex_cover = pyo.Constraint(m.N, m.S, rule=_cover, doc="the cover contains the subgraph")
     m.convex_closed = pyo.Constraint(m.E, m.S, doc="the cover is closed under predecessors",
-                                     rule=lambda m, e, s: lin([1.0, -1.0], [m.z[int(src[e]), s], m.z[int(dst[e]), s]]) >= 0)
+                                     rule=lambda m, e, s: lin([1.0, -1.0],
+                                                              [m.z[int(src[e]), s], m.z[int(dst[e]), s]]) >= 0)
 
     def _exit(m, e, s):
         a, b = int(src[e]), int(dst[e])
@@ -253,8 +255,10 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
             return lin([1.0, -1.0] + ([1.0] if outside is not None else []),
                        [flag, inside] + ([outside] if outside is not None else [])) >= 0
         return rule
-    m.enters = pyo.Constraint(m.P, m.S, rule=_flag(True), doc="a value consumed in a subgraph but made elsewhere enters it")
-    m.leaves = pyo.Constraint(m.P, m.S, rule=_flag(False), doc="a value made in a subgraph and consumed elsewhere leaves it")
+    m.enters = pyo.Constraint(m.P, m.S, rule=_flag(True),
+                              doc="a value consumed in a subgraph but made elsewhere enters it")
+    m.leaves = pyo.Constraint(m.P, m.S, rule=_flag(False),
+                              doc="a value made in a subgraph and consumed elsewhere leaves it")
 
     def _level_terms(node, s, positions):
         out = []
@@ -292,8 +296,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
         return lin([1.0, -level] + [-level] * len(terms), [m.delay[i], m.x[c, w]] + terms) >= -level
     m.cpu_delay = pyo.Constraint(delay_rows, rule=_delay_level, doc="a CPU node waits for what it receives")
 
-    ins = [[] for _ in range(S)]
-    outs = [[] for _ in range(S)]
+    ins: list[list[int]] = [[] for _ in range(S)]
+    outs: list[list[int]] = [[] for _ in range(S)]
     for j, s_ in in_pairs:
         ins[s_].append(j)
     for j, s_ in out_pairs:
@@ -351,7 +355,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
             return pyo.Constraint.Skip
         return lin([1.0] + [-c for c, _ in terms], [m.lat[v]] + [x_ for _, x_ in terms]) >= 0
     m.source_cpu = pyo.Constraint(sources, rule=_source, doc="a CPU node takes its compute time")
-    m.device_order = pyo.Constraint([s for s in range(S) if dt.slot_pos[s] > 0], doc="calls on a device run in slot order",
+    m.device_order = pyo.Constraint([s for s in range(S) if dt.slot_pos[s] > 0],
+                                    doc="calls on a device run in slot order",
                                     rule=lambda m, s: lin([1.0, -1.0], [m.start[s], m.fin[s - 1]]) >= 0)
     sinks = np.setdiff1d(np.arange(n), src).tolist()
     m.makespan = pyo.Constraint(sinks, rule=lambda m, v: lin([1.0, -1.0], [m.T, m.lat[v]]) >= 0,
@@ -382,7 +387,8 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     m.nonempty = pyo.Var(m.S, bounds=(0, 1), doc="slot holds some node")
     m.slot_count = pyo.Constraint([s - 1 for s in later], doc="a slot counts as used only with a node",
                                   rule=lambda m, s: lin([1.0] + [-1.0] * int(xs[:, s].sum()),
-                                                        [m.nonempty[s]] + [m.x[v, s] for v in np.flatnonzero(xs[:, s])]) <= 0)
+                                                        [m.nonempty[s]]
+                                                        + [m.x[v, s] for v in np.flatnonzero(xs[:, s])]) <= 0)
 
     def _empty_last(m, v, s):
         return lin([1.0, -1.0], [m.x[v, s], m.nonempty[s - 1]]) <= 0 if xs[v, s] else pyo.Constraint.Skip
@@ -418,13 +424,13 @@ class LatencyIP:
         mip.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
         start, start_name, notes = best_baseline(problem, options, options.time_limit)
         start_latency = evaluate(problem, start).objective if start is not None else None
-        if start is not None and any(n.startswith("interrupted") for n in notes):
+        if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
         tb = time.perf_counter()
         try:
             model = build_model(problem, horizon=start_latency, cuts=self.cuts)
         except KeyboardInterrupt:
-            if start is None:
+            if start is None or start_latency is None:
                 raise
             return _interrupted(start, start_latency, start_name, notes + ["interrupted while building the model"],
                                 time.perf_counter() - t0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ def neighbourhood_search(session, model, problem: Problem, incumbent: Solution, 
     they are (large-neighbourhood search). Sub-MIP bounds are not global bounds: progress reports
     keep the full MIP's ``bound``."""
     dt: LatencyData = model.data
-    x_of = [[] for _ in range(dt.n)]
+    x_of: list[list[Any]] = [[] for _ in range(dt.n)]  # Pyomo variables
     for (v, _), var in model.x.items():
         x_of[v].append(var)
     best, best_val = incumbent, evaluate(problem, incumbent).objective

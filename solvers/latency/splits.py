@@ -112,10 +112,10 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
     pos[order] = np.arange(n)
     (vals, prod, val_of_use, use_pos), (pvals, pval_of_use, puse_pos) = _uses(problem, pos)
     # last use at or before each position, per value: built incrementally over j
-    uses_at = [[] for _ in range(n)]
+    uses_at: list[list[int]] = [[] for _ in range(n)]
     for j, c in zip(val_of_use.tolist(), use_pos.tolist(), strict=True):
         uses_at[c].append(j)
-    puses_at = [[] for _ in range(n)]
+    puses_at: list[list[int]] = [[] for _ in range(n)]
     for j, c in zip(pval_of_use.tolist(), puse_pos.tolist(), strict=True):
         puses_at[c].append(j)
     last_use = np.full(len(vals), -1, np.int64)  # largest use position < j
@@ -209,7 +209,7 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
                 best[k, j], arg[k, j], on[k, j] = cand[i], i, devices[k - 1]
             else:
                 best[k, j], arg[k, j] = best[k - 1, j], -1
-        if cpu is not None:  # a CPU piece: no memory limit, any number of them, k unchanged
+        if cpu is not None and cpu_cost is not None:  # a CPU piece: no memory limit, any number of them, k unchanged
             pre_t, bad, r = cpu_cost
             rdiff = np.zeros(n + 2)
             np.add.at(rdiff, lo, r[rv])

@@ -26,7 +26,7 @@ def _slots_of(problem: Problem, dt: LatencyData, solution: Solution) -> np.ndarr
     order; CPU stages map to their device's unit), or None when it needs more than q slots."""
     S = dt.num_slots
     unit_of_stage = np.full(solution.num_stages, -1, np.int64)
-    used = {}
+    used: dict[int, int] = {}
     for k, st in enumerate(solution.stages):
         d = st.device
         if problem.topology.is_cpu[d]:
@@ -48,7 +48,7 @@ def canonical(problem: Problem, solution: Solution, classes) -> Solution:
     mapping = np.arange(problem.num_devices)
     for cls in classes:
         first = {d: (int(np.flatnonzero(dev == d)[0]) if (dev == d).any() else problem.num_nodes, d) for d in cls}
-        for new, old in zip(cls, sorted(cls, key=first.get), strict=True):
+        for new, old in zip(cls, sorted(cls, key=first.__getitem__), strict=True):
             mapping[old] = new
     stages = tuple(Stage((int(mapping[s.device]),)) for s in sol.stages)
     return replace(sol, stages=stages)
@@ -65,7 +65,7 @@ def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
         return False
     sol = canonical(problem, solution, dt.classes)
     ev = evaluate(problem, sol)
-    if not ev.feasible or ev.objective / dt.time_scale > dt.horizon:
+    if not ev.feasible or ev.objective / dt.time_scale > dt.horizon or ev.node_finish is None:
         return False
     unit_of_stage = _slots_of(problem, dt, sol)
     if unit_of_stage is None:
@@ -101,7 +101,7 @@ def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
     for (v, s), var in model.z.items():
         var.set_value(float(Z[v, s]))
     prod_unit = unit_of[dt.val_prod]
-    cons_units = [set() for _ in range(len(dt.val_prod))]
+    cons_units: list[set[int]] = [set() for _ in range(len(dt.val_prod))]
     for j, c in zip(dt.pair_val.tolist(), dt.pair_cons.tolist(), strict=True):
         cons_units[j].add(int(unit_of[c]))
     for (j, s), var in model.cin.items():

@@ -18,8 +18,8 @@ planner at layer and at unit granularity), which prunes stages, sub-ideals and s
 cannot beat it. Passes with tighter thresholds come first (a ladder from the compute lower bound
 to the incumbent): a pass costs roughly in proportion to how far its threshold is above the
 lower bound, a pass at or above the optimum returns the optimum, and one that finds nothing
-proves its threshold a lower bound (reported if the time limit stops the DP). Graphs with more ideals than ``max_ideals`` (solver option,
-default 250,000) are refused with a message, so ``solver: auto`` moves on.
+proves its threshold a lower bound (reported if the time limit stops the DP). Graphs with more ideals
+than ``max_ideals`` (solver option, default 250,000) are refused with a message, so ``solver: auto`` moves on.
 
 Options (``SolveOptions.passthrough``): ``max_ideals`` (int), ``ladder`` (fractions of the way from
 the lower bound to the incumbent tried as thresholds before the incumbent; default (0.3, 0.6);

@@ -75,7 +75,8 @@ class PipelineDP:
         b = problem.batch_size
         self.reps = [[r for r in range(1, int(c) + 1) if not b or b % r == 0] if problem.replication else [1]
                      for c in counts]
-        inflight_varies = problem.mode is Mode.TRAINING and problem.schedule is Schedule.ONE_F_ONE_B and problem.microbatches > 1
+        inflight_varies = (problem.mode is Mode.TRAINING and problem.schedule is Schedule.ONE_F_ONE_B
+                           and problem.microbatches > 1)
         self.need_s = problem.replication and (problem.max_stages is not None or inflight_varies)
         smax = int(counts.sum())
         if problem.max_stages is not None:
@@ -276,7 +277,8 @@ class PipelineDP:
                     x = np.maximum(labels.x[lab], fw[js][rep])
                     y = np.maximum(labels.y[lab], bw[js][rep])
                     keep = x + y <= threshold
-                    parts.append((x[keep], y[keep], lab[keep], np.full(int(keep.sum()), k), np.full(int(keep.sum()), sb)))
+                    kept = int(keep.sum())
+                    parts.append((x[keep], y[keep], lab[keep], np.full(kept, k), np.full(kept, sb)))
             if not parts:
                 continue
             x, y, par, trs, tgt = (np.concatenate(col) for col in zip(*parts, strict=True))

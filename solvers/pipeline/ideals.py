@@ -68,7 +68,8 @@ def enumerate_ideals(num_units: int, edges: np.ndarray, limit: int) -> np.ndarra
             break
         nxt = level[rows].copy()
         nxt[np.arange(len(rows)), units >> 6] |= one << (units & 63).astype(np.uint64)
-        nxt = np.unique(np.ascontiguousarray(nxt).view(np.dtype((np.void, 8 * W))).ravel()).view(np.uint64).reshape(-1, W)
+        packed = np.ascontiguousarray(nxt).view(np.dtype((np.void, 8 * W))).ravel()
+        nxt = np.unique(packed).view(np.uint64).reshape(-1, W)
         total += len(nxt)
         if total > limit:
             raise TooManyIdeals(

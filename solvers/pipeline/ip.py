@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 
@@ -153,22 +154,23 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
             m.sends.add(lin([1.0, -1.0] + ([1.0] if dt.allowed[c, d] else []), terms) >= 0)
     m.receive_rate = pyo.ConstraintList(doc="a receiver pays the value at the rate from its sender's device")
     m.send_rate = pyo.ConstraintList(doc="a sender pays the value once, at its dearest receiver's rate")
+    pair_recv, pair_send = cast(np.ndarray, dt.pair_recv), cast(np.ndarray, dt.pair_send)  # rate rows: general only
     for j, d in rate_in:
         p = int(dt.val_prod[j])
         for c in dt.val_cons[j].tolist():
             for a in range(D):
-                r = dt.pair_recv[j, a, d] / u
+                r = pair_recv[j, a, d] / u
                 if a != d and r > 0 and dt.allowed[c, d] and dt.allowed[p, a]:
                     m.receive_rate.add(lin([1.0, -r, -r], [m.R[j, d], m.x[c, d], m.x[p, a]]) >= -r)
     for j, d in rate_out:
         p = int(dt.val_prod[j])
         for c in dt.val_cons[j].tolist():
             for b in range(D):
-                r = dt.pair_send[j, d, b] / u
+                r = pair_send[j, d, b] / u
                 if b != d and r > 0 and dt.allowed[c, b]:
                     m.send_rate.add(lin([1.0, -r, -r], [m.O[j, d], m.x[p, d], m.x[c, b]]) >= -r)
-    ins = [[] for _ in range(D)]
-    outs = [[] for _ in range(D)]
+    ins: list[list[int]] = [[] for _ in range(D)]
+    outs: list[list[int]] = [[] for _ in range(D)]
     for j, d in in_idx:
         ins[d].append(j)
     for j, d in out_idx:
@@ -196,12 +198,15 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
         return rule
     m.forward_load = pyo.Constraint(m.Dv, rule=_load(False), doc="forward compute + forward transfers")
     m.backward_load = pyo.Constraint(m.Dv, rule=_load(True), doc="backward compute + backward transfers")
-    m.largest = pyo.Constraint(m.Dv, doc="the largest load", rule=lambda m, d: lin([1.0, -1.0, -1.0], [m.L, m.fw[d], m.bw[d]]) >= 0)
-    m.largest_fw = pyo.Constraint(m.Dv, doc="the largest forward load", rule=lambda m, d: lin([1.0, -1.0], [m.Lf, m.fw[d]]) >= 0)
-    m.largest_bw = pyo.Constraint(m.Dv, doc="the largest backward load", rule=lambda m, d: lin([1.0, -1.0], [m.Lb, m.bw[d]]) >= 0)
+    m.largest = pyo.Constraint(m.Dv, doc="the largest load",
+                               rule=lambda m, d: lin([1.0, -1.0, -1.0], [m.L, m.fw[d], m.bw[d]]) >= 0)
+    m.largest_fw = pyo.Constraint(m.Dv, doc="the largest forward load",
+                                  rule=lambda m, d: lin([1.0, -1.0], [m.Lf, m.fw[d]]) >= 0)
+    m.largest_bw = pyo.Constraint(m.Dv, doc="the largest backward load",
+                                  rule=lambda m, d: lin([1.0, -1.0], [m.Lb, m.bw[d]]) >= 0)
 
     # memory (shares of each device's capacity)
-    param_users = [[] for _ in range(len(dt.params))]
+    param_users: list[list[int]] = [[] for _ in range(len(dt.params))]
     for k, (_, users) in enumerate(dt.params):
         param_users[k] = users.tolist()
     m.param_held = pyo.ConstraintList(doc="a device holds every parameter its units use")
@@ -211,7 +216,8 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
                 m.param_held.add(lin([1.0, -1.0], [m.pm[k, d], m.x[a, d]]) >= 0)
     m.working_set = pyo.Constraint([(a, d) for d in mem_devs for a in units_on[d].tolist() if dt.ws[a] > 0],
                                    doc="the largest working set of a device's units",
-                                   rule=lambda m, a, d: lin([1.0, -dt.ws[a] / dt.capacity[d]], [m.ws[d], m.x[a, d]]) >= 0)
+                                   rule=lambda m, a, d: lin([1.0, -dt.ws[a] / dt.capacity[d]],
+                                                            [m.ws[d], m.x[a, d]]) >= 0)
 
     def _memory(m, d):
         cap = dt.capacity[d]
@@ -246,7 +252,8 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
                     if d != e and dt.allowed[a, e] and dt.allowed[b, d]:
                         edge_rows.append((a, b, e, d))
     m.pipeline = pyo.Constraint(edge_rows, doc="an edge a -> b with a on e and b on d puts e before d",
-                                rule=lambda m, a, b, e, d: lin([1.0, 1.0, -1.0], [m.x[a, e], m.x[b, d], m.o[e, d]]) <= 1)
+                                rule=lambda m, a, b, e, d: lin([1.0, 1.0, -1.0],
+                                                               [m.x[a, e], m.x[b, d], m.o[e, d]]) <= 1)
     # identical devices: in pipeline order by index (contiguous), and the used ones first
     sym = [(c[i], c[i + 1]) for c in dt.classes for i in range(len(c) - 1)]
     m.used_first = pyo.Constraint(sym, doc="of identical devices, lower indices are used first",
@@ -259,18 +266,22 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
         m.first_unit = pyo.Var([(a, d) for a in range(U) for d in first], bounds=(0, 1),
                                doc="device runs some unit numbered <= a")
         m.first_use = pyo.Constraint([(a, d) for a in range(U) for d in first], doc="a device is used once a unit is",
-                                     rule=lambda m, a, d: lin([1.0] + ([-1.0] if a else []) + ([-1.0] if dt.allowed[a, d] else []),
-                                                              [m.first_unit[a, d]] + ([m.first_unit[a - 1, d]] if a else [])
+                                     rule=lambda m, a, d: lin([1.0] + ([-1.0] if a else [])
+                                                              + ([-1.0] if dt.allowed[a, d] else []),
+                                                              [m.first_unit[a, d]]
+                                                              + ([m.first_unit[a - 1, d]] if a else [])
                                                               + ([m.x[a, d]] if dt.allowed[a, d] else [])) <= 0)
         m.symmetry = pyo.Constraint([(a, k) for a in range(U) for k in range(len(sym))],
                                     doc="identical devices take units in order of their first unit",
                                     rule=lambda m, a, k: _sym_rule(m, a, k, sym, dt, lin))
     # 1F1B: in flight = min(m, used stages after + 1)
     m.after_def = pyo.Constraint(list(m.after.keys()), doc="e is a used stage after d",
-                                 rule=lambda m, d, e: lin([1.0, -1.0, -1.0], [m.after[d, e], m.o[d, e], m.used[e]]) >= -1)
+                                 rule=lambda m, d, e: lin([1.0, -1.0, -1.0],
+                                                          [m.after[d, e], m.o[d, e], m.used[e]]) >= -1)
     m.in_flight = pyo.Constraint(list(m.fl.keys()), doc="j or more stages after-and-including d: j in flight",
                                  rule=lambda m, d, j: lin([float(D)] + [-1.0] * (D - 1),
-                                                          [m.fl[d, j]] + [m.after[d, e] for e in range(D) if e != d]) >= 2 - j)
+                                                          [m.fl[d, j]]
+                                                          + [m.after[d, e] for e in range(D) if e != d]) >= 2 - j)
 
     def _extra(m, d, j):
         cap = dt.capacity[d]
@@ -321,11 +332,11 @@ def _canonical(problem: Problem, dt: IPData, solution: Solution) -> tuple[np.nda
     order = [int(sol.stages[k].device) for k in ev.stage_order]
     if not dt.ordered:
         first = {d: int(np.flatnonzero(dev == d).min()) for d in set(dev.tolist())}
-        order = sorted(first, key=first.get)
+        order = sorted(first, key=first.__getitem__)
     pos = {d: i for i, d in enumerate(order)}
     mapping = np.arange(dt.D)
     for cls in dt.classes:
-        used = sorted((d for d in cls if d in pos), key=pos.get)
+        used = sorted((d for d in cls if d in pos), key=pos.__getitem__)
         unused = [d for d in cls if d not in pos]
         for new, old in zip(cls, used + unused, strict=True):
             mapping[old] = new
@@ -347,7 +358,7 @@ def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
     X[np.arange(dt.U), dev] = True
     for (a, d), var in model.x.items():
         var.set_value(float(X[a, d]))
-    used = X.any(axis=0)
+    used = np.asarray(X.any(axis=0))
     for d in range(D):
         model.used[d].set_value(float(used[d]))
     prod_dev = dev[dt.val_prod]
@@ -362,12 +373,13 @@ def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
         (bw if dt.val_back[j] else fw)[d] += dt.recv[j, d] * var.value
     for (j, d), var in model.cout.items():
         (bw if dt.val_back[j] else fw)[d] += dt.send[j, d] * var.value
+    pair_recv, pair_send = cast(np.ndarray, dt.pair_recv), cast(np.ndarray, dt.pair_send)  # R, O: general only
     for (j, d), var in model.R.items():
-        rate = float(dt.pair_recv[j, prod_dev[j], d]) if d in cons_devs[j] and prod_dev[j] != d else 0.0
+        rate = float(pair_recv[j, prod_dev[j], d]) if d in cons_devs[j] and prod_dev[j] != d else 0.0
         var.set_value(rate / u)
         (bw if dt.val_back[j] else fw)[d] += rate
     for (j, d), var in model.O.items():
-        rates = [float(dt.pair_send[j, d, b]) for b in cons_devs[j] if b != d]
+        rates = [float(pair_send[j, d, b]) for b in cons_devs[j] if b != d]
         rate = max(rates) if prod_dev[j] == d and rates else 0.0
         var.set_value(rate / u)
         (bw if dt.val_back[j] else fw)[d] += rate
@@ -426,14 +438,15 @@ def extract(model, problem: Problem) -> Solution:
         X[a, d] = var.value or 0.0
     dev = np.argmax(X, axis=1)[dt.unit_of]
     cert = Certificate(Status.HEURISTIC, ThroughputIP.name, version=VERSION)
-    kw = dict(schedule=problem.schedule, microbatches=max(problem.microbatches, 1))
+    mb = max(problem.microbatches, 1)
     if not dt.ordered:
-        return Solution.from_devices(problem, dev, cert, **kw)
+        return Solution.from_devices(problem, dev, cert, schedule=problem.schedule, microbatches=mb)
     used = sorted(set(dev.tolist()))
     before = {d: sum(round(model.o[e, d].value or 0.0) for e in used if e != d) for d in used}
     order = sorted(used, key=lambda d: (before[d], d))
     stage_of = {d: k for k, d in enumerate(order)}
-    return Solution(np.array([stage_of[d] for d in dev.tolist()]), tuple(Stage((d,)) for d in order), cert, **kw)
+    return Solution(np.array([stage_of[d] for d in dev.tolist()]), tuple(Stage((d,)) for d in order), cert,
+                    schedule=problem.schedule, microbatches=mb)
 
 
 # ----------------------------------------------------------------------------------- solver
@@ -486,7 +499,8 @@ class ThroughputIP:
         if status in (Status.OPTIMAL, Status.GAP_REACHED):
             status = Status.OPTIMAL if (gap or 0.0) <= mip.OPTIMAL_GAP else Status.GAP_REACHED
         status, bound, gap, notes = mip.unproven_if_infeasible(status, bound, gap, notes)
-        parts = [f"{result.backend} {result.termination}: incumbent {_fmt(result.incumbent)}, bound {_fmt(result.bound)}"]
+        parts = [f"{result.backend} {result.termination}: incumbent {_fmt(result.incumbent)}, "
+                 f"bound {_fmt(result.bound)}"]
         if start_obj is not None:
             parts.append(f"warm start {start_name} {start_obj:.6g}s ({result.warm_start if warm else 'not used'})")
         if origin != "ip":

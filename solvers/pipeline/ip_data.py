@@ -106,10 +106,10 @@ def prepare(problem: Problem, time_scale: float | None = None) -> IPData:
                 params.append((b, pp[pp[:, 0] == v, 1]))
     state, stash, ws = unit_memory(problem, unit_of, U)
     mask = contiguity_mask(problem)
-    s, d = g.node_edges
-    s, d = s.astype(np.int64), d.astype(np.int64)
-    k = mask[s] & mask[d] & (unit_of[s] != unit_of[d])
-    edges = np.unique(np.stack([unit_of[s[k]], unit_of[d[k]]], 1), axis=0) if k.any() else np.zeros((0, 2), np.int64)
+    src, dst = (e.astype(np.int64) for e in g.node_edges)
+    k = mask[src] & mask[dst] & (unit_of[src] != unit_of[dst])
+    edges = (np.unique(np.stack([unit_of[src[k]], unit_of[dst[k]]], 1), axis=0) if k.any()
+             else np.zeros((0, 2), np.int64))
     m = max(problem.microbatches, 1)
     stash_binds = problem.mode is Mode.TRAINING and stash.any() and np.isfinite(problem.capacity).any()
     varying = stash_binds and problem.schedule is Schedule.ONE_F_ONE_B and m > 1

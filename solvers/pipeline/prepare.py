@@ -52,6 +52,8 @@ def prepare(problem: Problem, max_ideals: int = DEFAULT_MAX_IDEALS, bits: np.nda
         rev = (U - 1 - units.edges[:, ::-1]) if len(units.edges) else units.edges
         bits = enumerate_ideals(U, rev, max_ideals)
         num_units = U
+    elif unit_of is None or num_units is None:
+        raise ValueError("prepare: an ideal family (bits) requires its unit_of and num_units")
     level = _popcount(bits)
     costs = StageCosts(problem, unit_of, num_units, classes, bits)
     return PreparedDP(unit_of, num_units, bits, classes, costs, PipelineDP(problem, classes, costs, level))

@@ -46,7 +46,8 @@ def greedy_start(m, w, v) -> float:
 
 
 def test_unknown_backend_lists_known_ones():
-    with pytest.raises(PlanmapError, match="unknown MIP backend 'nosuch'; planmap knows highs, gurobi, scip, cbc, glpk, cplex") as e:
+    with pytest.raises(PlanmapError,
+                       match="unknown MIP backend 'nosuch'; planmap knows highs, gurobi, scip, cbc, glpk, cplex") as e:
         mip.get_backend("nosuch")
     assert not isinstance(e.value, SolverUnavailableError)
 

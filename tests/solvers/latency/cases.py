@@ -56,9 +56,11 @@ def gpu_cluster(memory: float, *, hosts: int = 1) -> Topology:
         links["interHost"] = {"bandwidth": "0.5GB/s", "latency": "2ms"}
     return Topology.from_spec(ClusterBody.model_validate({
         "deviceTypes": [
-            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s", "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
+            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s",
+             "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
             {"name": "gpu", "kind": "gpu", "memory": int(memory), "memoryBandwidth": "1TB/s",
              "peakFlops": [{"dtype": "f32", "rate": "100TFLOP/s"}]}],
         "hosts": [{"name": "h", "count": hosts, "devices": [{"name": "cpu", "type": "cpu"},
-                                                            {"name": "gpu", "type": "gpu", "count": 2 if hosts == 1 else 1}]}],
+                                                            {"name": "gpu", "type": "gpu",
+                                                             "count": 2 if hosts == 1 else 1}]}],
         "links": links}))

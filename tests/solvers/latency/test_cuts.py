@@ -80,7 +80,8 @@ def violated_rows(m) -> list[str]:
         if (c.has_lb() and body < pyo.value(c.lower) - 1e-7) or (c.has_ub() and body > pyo.value(c.upper) + 1e-7):
             bad.append(c.name)
     for v in m.component_data_objects(pyo.Var, active=True):
-        if v.value is None or (v.lb is not None and v.value < v.lb - 1e-9) or (v.ub is not None and v.value > v.ub + 1e-9):
+        if v.value is None or (v.lb is not None and v.value < v.lb - 1e-9) or (
+                v.ub is not None and v.value > v.ub + 1e-9):
             bad.append(v.name)
     return bad
 
@@ -138,7 +139,8 @@ def fork_join_instance(shape: str, seed: int, q: int) -> Problem:
     return problem(g, paper_topology(2, 1, memory=memory), q)
 
 
-@pytest.mark.parametrize("shape,seed,q", [(s, seed, q) for s in FORK_JOINS for seed, q in ((0, 1), (1, 1), (2, 2), (3, 2))])
+@pytest.mark.parametrize("shape,seed,q",
+                         [(s, seed, q) for s in FORK_JOINS for seed, q in ((0, 1), (1, 1), (2, 2), (3, 2))])
 def test_join_bounds_hold_on_every_feasible_placement_of_branchy_graphs(shape, seed, q):
     assert_bounds_hold_on_every_feasible_placement(fork_join_instance(shape, seed, q))
 

@@ -216,7 +216,8 @@ def test_warm_start_is_a_complete_feasible_mip_start():
     assert lip.load_warm_start(m, p, start)
     for c in m.component_data_objects(pyo.Constraint, active=True):
         body = pyo.value(c.body)
-        assert (not c.has_lb() or body >= pyo.value(c.lower) - 1e-7) and (not c.has_ub() or body <= pyo.value(c.upper) + 1e-7), c.name
+        assert (not c.has_lb() or body >= pyo.value(c.lower) - 1e-7) and (
+            not c.has_ub() or body <= pyo.value(c.upper) + 1e-7), c.name
     res = lip.solve(m, SolveOptions(time_limit=2), warm_start=True)
     assert res.warm_start == "accepted"
     assert res.incumbent <= evaluate(p, start).objective * (1 + 1e-9)

@@ -142,7 +142,8 @@ def nvlink_cluster():
 
     return Topology.from_spec(ClusterBody.model_validate({
         "deviceTypes": [
-            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s", "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
+            {"name": "cpu", "kind": "cpu", "memoryBandwidth": "100GB/s",
+             "peakFlops": [{"dtype": "f32", "rate": "1TFLOP/s"}]},
             {"name": "gpu", "kind": "gpu", "memory": "16GiB", "memoryBandwidth": "1TB/s",
              "peakFlops": [{"dtype": "f32", "rate": "100TFLOP/s"}]}],
         "hosts": [{"name": "h", "devices": [{"name": "cpu", "type": "cpu", "count": 1},
