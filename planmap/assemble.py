@@ -17,6 +17,7 @@ from planmap.cost import CostModel
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.graph import OpGraph
 from planmap.problem import Problem
+from planmap.vocabulary import Mode, ObjectiveKind, Schedule, ThroughputVariant
 
 __all__ = ["build_problem"]
 
@@ -129,11 +130,11 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
         schedule = "1f1b" if mode == "training" else "gpipe"
     mb = _microbatches(model, original, topo)
     return Problem(
-        name=spec.metadata.name, graph=coarse, topology=topo, cost=cost, objective=str(body.objective.kind),
-        variant=str(body.objective.variant), mode=mode,
+        name=spec.metadata.name, graph=coarse, topology=topo, cost=cost, objective=ObjectiveKind(body.objective.kind),
+        variant=ThroughputVariant(body.objective.variant), mode=Mode(mode),
         contiguous=str(body.constraints.placement) == "contiguous",
         max_subgraphs=body.constraints.max_subgraphs_per_device, max_stages=body.constraints.max_stages,
-        memory_headroom=body.constraints.memory_headroom, schedule=schedule,
+        memory_headroom=body.constraints.memory_headroom, schedule=Schedule(schedule),
         microbatches=mb, replication=str(body.constraints.replication) == "allow",
         batch_size=_batch_size(original),
         allowed=allowed, original=original, spec=spec,

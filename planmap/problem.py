@@ -295,8 +295,8 @@ class Problem:
                    mode: str = Mode.INFERENCE, optimizer: str = "adam", **kwargs: Any) -> Problem:
         """A problem without a spec file (tests, benchmarks, profiled graphs)."""
         cost = CostModel.build(graph, topology, mode=mode, optimizer=optimizer)
-        return cls(name=graph.name, graph=graph, topology=topology, cost=cost, objective=objective, mode=mode,
-                   **kwargs)
+        return cls(name=graph.name, graph=graph, topology=topology, cost=cost,
+                   objective=ObjectiveKind(objective), mode=Mode(mode), **kwargs)
 
 
 ProgressCallback = Callable[..., None]

@@ -16,7 +16,7 @@ import numpy as np
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
-from planmap.vocabulary import Mode
+from planmap.vocabulary import Mode, ObjectiveKind
 
 from .splits import best_splits
 
@@ -128,7 +128,7 @@ def best_baseline(problem: Problem, options: SolveOptions,
             continue
         target = problem if problem.objective in solver.objectives else None
         if target is None and name == "dp" and "throughput" in solver.objectives:
-            target = replace(problem, objective="throughput", contiguous=True, replication=False)
+            target = replace(problem, objective=ObjectiveKind.THROUGHPUT, contiguous=True, replication=False)
         if target is None:
             continue
         try:
