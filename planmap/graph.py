@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TensorType", "DimRoles", "Arg", "OpGraph", "GraphError", "topological_order"]
+__all__ = ["TensorType", "DimRoles", "DimMap", "Arg", "OpGraph", "GraphError", "topological_order"]
 
 
 class GraphError(ValueError):
@@ -72,6 +72,19 @@ class DimRoles:
     out_spatial: tuple[int, ...] = ()
     feature_group_count: int = 1
     batch_group_count: int = 1
+
+
+@dataclass(frozen=True)
+class DimMap:
+    """How an op's operand dims relate to its result dims, for sharding (one map for all its results).
+
+    ``operands[k][j]``: the result dim that dim ``j`` of operand ``k`` becomes (-1: none).
+    ``reduced``: reduction slots (contracting dims, reduced dims); per slot, one operand dim (or -1)
+    per operand; sharding a slot over a mesh axis leaves partial sums in the result.
+    """
+
+    operands: tuple[tuple[int, ...], ...]
+    reduced: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,6 +156,8 @@ class OpGraph:
     members: np.ndarray | None = None
     n_original: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    operands: tuple[tuple[int, ...], ...] | None = None
+    dim_maps: tuple[DimMap | None, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.kind)
@@ -175,6 +190,10 @@ class OpGraph:
             s(self, "outputs", tuple(tuple(o) for o in self.outputs))
         if self.dims is not None:
             s(self, "dims", tuple(self.dims))
+        if self.operands is not None:
+            s(self, "operands", tuple(tuple(int(v) for v in o) for o in self.operands))
+        if self.dim_maps is not None:
+            s(self, "dim_maps", tuple(self.dim_maps))
         self._validate()
 
     # ------------------------------------------------------------------------------ validation
@@ -186,7 +205,7 @@ class OpGraph:
         for col in ("flops", "bytes_accessed", "out_bytes", "state_bytes", "colocation", "backward", "layer"):
             if getattr(self, col).shape != (n,):
                 raise GraphError(f"OpGraph.{col} requires shape ({n},), but got {getattr(self, col).shape}")
-        for col in ("outputs", "dims"):
+        for col in ("outputs", "dims", "operands", "dim_maps"):
             v = getattr(self, col)
             if v is not None and len(v) != n:
                 raise GraphError(f"OpGraph.{col} requires {n} entries, but got {len(v)}")
