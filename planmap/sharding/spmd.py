@@ -26,7 +26,7 @@ import numpy as np
 
 from planmap.sharding.mesh import LogicalMesh
 from planmap.sharding.reshard import reshard_collectives
-from planmap.sharding.specs import Spec, from_assignment, replicated
+from planmap.sharding.specs import Spec, from_assignment, is_valid, replicated
 from planmap.sharding.strategies import strategy_collectives
 from planmap.sharding.tables import ShardingTables
 
@@ -76,7 +76,7 @@ def _local_cost(t: ShardingTables, i: int, rows: np.ndarray) -> tuple[np.ndarray
 
 
 def _row(t: ShardingTables, u: int, spec: Spec, v: int) -> int:
-    row = t.spec_row(u, spec) if len(spec) == len(t.shapes[v]) else None
+    row = t.spec_row(u, spec) if is_valid(spec, t.shapes[v], t.mesh.axis_sizes) else None
     if row is None:
         raise ValueError(f"spec {spec} of value {v} (shape {t.shapes[v]}) is not a result spec of any strategy "
                          f"of {'argument' if u >= t.num_ops else 'op'} {u} on mesh {t.mesh.shape}")

@@ -51,7 +51,8 @@ def _prod(s) -> int:
 
 
 def mlp(batch: int, d: int, hidden: int, *, train: bool = False) -> OpGraph:
-    """Values: x=0, W1=1, W2=2 (dy=3 in training), then one per op in order."""
+    """Values: x=0, W1=1, W2=2 (dy=3 in training), then one per op in order: h, relu(h), y (training:
+        dW2, dr, dh, dW1, dx — dx stands for the gradient a previous layer would need)."""
     args = [("x", (batch, d), "data"), ("w1", (d, hidden), "param"), ("w2", (hidden, d), "param")]
     if train:
         args.append(("dy", (batch, d), "data"))
@@ -66,6 +67,7 @@ def mlp(batch: int, d: int, hidden: int, *, train: bool = False) -> OpGraph:
                 (DOT, "transpose(layer1)/dr", (3, 2), (batch, hidden), MATMUL_NT, mm, True),
                 ("stablehlo.select", "transpose(layer0)/relu", (a, a + 4), (batch, hidden), ELEM2, batch * hidden,
                  True),
-                (DOT, "transpose(layer0)/dw", (0, a + 5), (d, hidden), MATMUL_TN, mm, True)]
-        results = [a + 2, a + 6, a + 3]
+                (DOT, "transpose(layer0)/dw", (0, a + 5), (d, hidden), MATMUL_TN, mm, True),
+                (DOT, "transpose(layer0)/dx", (a + 5, 1), (batch, d), MATMUL_NT, mm, True)]
+        results = [a + 2, a + 6, a + 3, a + 7]
     return _graph("mlp-train" if train else "mlp", ops, args, results)
