@@ -35,6 +35,7 @@ import numpy as np
 from planmap.errors import InputError
 from planmap.frontend import costs as C
 from planmap.frontend.arguments import assign_roles
+from planmap.frontend.dimmaps import ATTRIBUTE_KINDS, DimMapper, operand_lists
 from planmap.frontend.loops import static_trip_count
 from planmap.frontend.mlir import ParsedModule
 from planmap.frontend.namestack import label_ops
@@ -224,6 +225,9 @@ def build_graph(parsed: ParsedModule, *, name: str, entry: str = "main", argumen
         fn = _find_entry(coster, entry, where)
         block = fn.regions[0].blocks[0]
         walk = _walk_entry(block, types, coster)
+        operands = operand_lists(walk.edge_v, walk.n_operands)
+        dim_maps = DimMapper().graph(walk.kinds, operands, walk.value_types, walk.first, walk.multi, walk.attr_ops,
+                                     walk.special)
         arg_names = _arg_names(fn, block)
         roles = assign_roles(arg_names, arguments, where)
         shardings = collect_shardings(parsed.module, fn, walk.constraint_ops)
@@ -306,7 +310,7 @@ def build_graph(parsed: ParsedModule, *, name: str, entry: str = "main", argumen
         out_bytes=out_bytes, state_bytes=state, dtype=dtypes, value_node=value_node,
         value_index=value_index, value_bytes=value_bytes, edge_value=ev, edge_dst=ed, args=graph_args,
         results=walk.results, outputs=outputs, dims=dims, backward=labels.backward, layer=labels.layer,
-        meta=meta)
+        meta=meta, operands=operands, dim_maps=dim_maps)
 
 
 _ELEMENTWISE, _DATA, _FREE, _CONSTANT, _SPECIAL = 0, 1, 2, 3, 4
@@ -337,6 +341,8 @@ class _Walk:
         self.results: list[int] = []
         self.arg_types: list[TypeInfo] = []
         self.constraint_ops: list[tuple[int, Any]] = []
+        self.value_types: list[TypeInfo] = []  # TypeInfo per value id
+        self.attr_ops: dict[int, Any] = {}  # node -> op, for the kinds whose dim map reads attributes
 
 
 def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
@@ -350,7 +356,8 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
     args = list(block.arguments)
     w.arg_types = [types(a.type) for a in args]
     vid: dict[Any, int] = {a: i for i, a in enumerate(args)}
-    vinfo: list[TypeInfo] = list(w.arg_types)  # TypeInfo per value id
+    vinfo = w.value_types = list(w.arg_types)
+    attr_ops, attr_kinds = w.attr_ops, ATTRIBUTE_KINDS
     kinds, names, category, first = w.kinds, w.names, w.category, w.first
     edge_v, n_operands, n_results = w.edge_v, w.n_operands, w.n_results
     category_of = _CATEGORY.get
@@ -403,6 +410,8 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
             w.special[n] = cost
         elif cat == _FREE and kind == "sdy.sharding_constraint":
             w.constraint_ops.append((n, op))
+        if kind in attr_kinds:
+            attr_ops[n] = op
         n += 1
     return w
 
