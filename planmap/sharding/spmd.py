@@ -84,14 +84,14 @@ def _row(t: ShardingTables, u: int, spec: Spec, v: int) -> int:
 
 
 def _op_row(t: ShardingTables, i: int, specs: Mapping[int, Spec], *, default: int | None = None) -> int | None:
-    """Row of the spec an op's results are given (all results share one), or ``default`` if none given."""
-    given = {specs[v] for v in t.unit_values(i) if v in specs}
-    if len(given) > 1:
-        raise ValueError(f"op {i} ({t.graph.kind[i]}) has results with different specs {sorted(given)}; "
+    """Row of the spec an op's results are given (all results share one per-axis assignment, whatever
+    their ranks), or ``default`` if none is given."""
+    given = {v: specs[v] for v in t.unit_values(i) if v in specs}
+    rows = {_row(t, i, spec, v) for v, spec in given.items()}
+    if len(rows) > 1:
+        raise ValueError(f"op {i} ({t.graph.kind[i]}) has results with different specs {sorted(given.values())}; "
                          "every result of an op shares one spec")
-    if not given:
-        return default
-    return _row(t, i, given.pop(), t.unit_values(i)[0])
+    return rows.pop() if rows else default
 
 
 def _spec_of(t: ShardingTables, u: int, row: int, v: int) -> Spec:
