@@ -147,8 +147,12 @@ class ShardingTables:
             sets.append(sset)
             compute.append(np.zeros(sset.size))
             comm.append(np.zeros(sset.size))
-        outs = [_distinct(s.out) for s in sets]
-        ins = [tuple(_distinct(x) for x in s.inputs) for s in sets]
+        distinct: dict[int, tuple] = {}  # per shared StrategySet (repeated layers): its distinct specs
+        for sset in sets:
+            if id(sset) not in distinct:
+                distinct[id(sset)] = (_distinct(sset.out), tuple(_distinct(x) for x in sset.inputs))
+        outs = [distinct[id(s)][0] for s in sets]
+        ins = [distinct[id(s)][1] for s in sets]
         cache = ReshardCache(mesh)
         ev, es, ed, ep, em, ptr = [], [], [], [], [], [0]
         for i in range(n):
