@@ -22,6 +22,7 @@ import fnmatch
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -264,6 +265,14 @@ class Problem:
     def capacity(self) -> np.ndarray:
         return self.topology.memory * (1.0 - self.memory_headroom)
 
+    @cached_property
+    def sharding_tables(self) -> Any:
+        """The sharding tables of :attr:`original` per logical mesh (``.get(mesh)``), built once per
+        problem and mesh (:class:`planmap.sharding.solution.TablesCache`)."""
+        from planmap.sharding.solution import TablesCache
+
+        return TablesCache(self)
+
     @property
     def num_nodes(self) -> int:
         return self.graph.num_nodes
@@ -289,15 +298,22 @@ class Problem:
                    **kwargs)
 
 
-def _kernels(graph: OpGraph, original: OpGraph) -> np.ndarray:
-    """Kernel launches per node: its anchor ops (contractions, reductions, control flow, calls), or one
-    loop-fusion kernel for a node of only elementwise/data-movement ops, or none for free ops."""
+def kernel_roles(original: OpGraph) -> tuple[np.ndarray, np.ndarray]:
+    """(anchor, work) int arrays over the ops of ``original``: an anchor (contraction, reduction, control
+    flow, call) launches its own kernel; a work op without an anchor in its fusion makes one loop kernel."""
     from planmap.frontend.costs import BODY_OPS, SPECIAL
 
     kinds = np.asarray(original.kind, dtype=object)
     anchor = np.array([k in SPECIAL or k in BODY_OPS or k.startswith("stablehlo.custom_call") for k in kinds],
                       np.int64)
     work = np.array([k not in _KERNEL_FREE for k in kinds], np.int64)
+    return anchor, work
+
+
+def _kernels(graph: OpGraph, original: OpGraph) -> np.ndarray:
+    """Kernel launches per node: its anchor ops (contractions, reductions, control flow, calls), or one
+    loop-fusion kernel for a node of only elementwise/data-movement ops, or none for free ops."""
+    anchor, work = kernel_roles(original)
     if graph.num_nodes == 0:
         return np.zeros(0)
     starts = graph.members_indptr[:-1]

@@ -46,7 +46,7 @@ from planmap.sharding.strategies import (
     unit_strategies,
 )
 
-__all__ = ["ShardingTables", "value_shapes", "graph_operands"]
+__all__ = ["ShardingTables", "value_shapes", "graph_operands", "fused_op_costs"]
 
 
 def value_shapes(graph: OpGraph) -> tuple[tuple[int, ...], ...]:
@@ -112,13 +112,19 @@ class ShardingTables:
     @classmethod
     def build(cls, graph: OpGraph, topology: Topology, mesh: LogicalMesh, *, mode: str = "inference",
               optimizer: str = "adam", kernels: np.ndarray | None = None, microbatches: int = 1,
-              memory_headroom: float = 0.0) -> ShardingTables:
+              memory_headroom: float = 0.0,
+              op_costs: tuple[np.ndarray, np.ndarray] | None = None) -> ShardingTables:
         """Tables of ``graph`` (un-coarsened, with ``operands``/``dim_maps`` from the front end; ops
-        without a DimMap run replicated) on ``mesh``. ``kernels``: launches per op (default 1)."""
+        without a DimMap run replicated) on ``mesh``. ``kernels``: launches per op (default 1);
+        ``op_costs``: (roofline, launch) seconds per op on the mesh's device type, replacing the
+        graph's own (:func:`fused_op_costs`: what the ops cost once XLA has fused them)."""
         cost = CostModel.build(graph, topology, mode=mode, optimizer=optimizer, kernels=kernels)
         t = int(topology.device_type[mesh.devices[0]])
-        launch = topology.overhead[t] * cost.kernels
-        roofline = np.maximum(cost.compute[:, t] - launch, 0.0)
+        if op_costs is None:
+            launch = topology.overhead[t] * cost.kernels
+            roofline = np.maximum(cost.compute[:, t] - launch, 0.0)
+        else:
+            roofline, launch = (np.asarray(x, float) for x in op_costs)
         n, sizes, n_axes = graph.num_nodes, mesh.axis_sizes, mesh.num_axes
         operands, shapes = graph_operands(graph), value_shapes(graph)
         dim_maps = graph.dim_maps if graph.dim_maps is not None else (None,) * n
@@ -183,9 +189,11 @@ class ShardingTables:
         from planmap.problem import _kernels
 
         original = problem.original
+        kernels = _kernels(original, original)
+        t = int(problem.topology.device_type[mesh.devices[0]])
         return cls.build(original, problem.topology, mesh, mode=problem.mode, optimizer=problem.cost.optimizer,
-                         kernels=_kernels(original, original), microbatches=problem.microbatches,
-                         memory_headroom=problem.memory_headroom)
+                         kernels=kernels, microbatches=problem.microbatches, memory_headroom=problem.memory_headroom,
+                         op_costs=fused_op_costs(problem, t, kernels))
 
     # -------------------------------------------------------------------------------- queries
     @property
@@ -286,3 +294,33 @@ def _memory(graph: OpGraph, cost: CostModel, mesh: LogicalMesh, sets: list[Strat
         memory.append(_ro(graph.value_bytes[a.value] * factor / sh))
         working.append(_ro(np.zeros(len(sh))))
     return tuple(memory), tuple(working)
+
+
+def fused_op_costs(problem: Any, device_type: int, kernels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(roofline, launch) seconds per op of ``problem.original`` on ``device_type`` that add up, node by
+    node, to what the problem's (coarsened, fused) cost model charges: one device running an SPMD
+    plan then costs what a single-device pipeline stage costs. A node's roofline is shared among its
+    ops in proportion to their own rooflines (evenly when those are all zero); its launches go to its
+    anchor ops, or to its first op with work when it has none."""
+    from planmap.problem import kernel_roles
+
+    g, original, cost = problem.graph, problem.original, problem.cost
+    anchor, work = kernel_roles(original)
+    over = problem.topology.overhead[device_type]
+    own = CostModel.build(original, problem.topology, mode=problem.mode, optimizer=cost.optimizer, kernels=kernels)
+    own_roof = np.maximum(own.compute[:, device_type] - over * own.kernels, 0.0)
+    node_launch = over * cost.kernels
+    node_roof = np.maximum(cost.compute[:, device_type] - node_launch, 0.0)
+    roofline, launch = np.zeros(original.num_nodes), np.zeros(original.num_nodes)
+    for i in range(g.num_nodes):
+        ops = g.members_of(i)
+        if len(ops) == 0:
+            continue
+        w = own_roof[ops]
+        roofline[ops] = node_roof[i] * (w / w.sum() if w.sum() > 0 else np.full(len(ops), 1.0 / len(ops)))
+        k = anchor[ops].astype(float)
+        if k.sum() == 0:
+            k = np.zeros(len(ops))
+            k[int(np.argmax(work[ops]))] = 1.0
+        launch[ops] = node_launch[i] * k / k.sum()
+    return roofline, launch
