@@ -114,8 +114,11 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
                                ops=op_ranges(members), mesh=mesh, layers=_layer_names(problem, nodes)))
     sh = solution.shardings
     if sh is not None:
+        # an SPMD plan's mesh is its one stage's devices in row-major mesh order
+        mesh_devs = solution.stages[0].devices if solution.num_stages == 1 else range(
+            int(np.prod([s for _, s in sh.mesh_axes])))
         mesh_doc = MeshDoc(axis_names=[a for a, _ in sh.mesh_axes], axis_sizes=[s for _, s in sh.mesh_axes],
-                           devices=list(topo.names[: int(np.prod([s for _, s in sh.mesh_axes]))]))
+                           devices=[topo.names[d] for d in mesh_devs])
         arg_names = {a.index: a.name for a in problem.original.args}
         shardings = ShardingsDoc(
             args=[ShardingEntry(arg=i, name=arg_names.get(i, ""), spec=_spec_entry(s)) for i, s in sorted(sh.args.items())],
@@ -180,7 +183,10 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
         raise InputError(f"the plan splits fused node {i} ({g.op_name[i]!r}) across stages; "
                          "re-solve, or set constraints.coarsening: none")
     shardings = None
-    if doc.shardings.args or doc.shardings.values:
+    spmd_stage = (len(doc.stages) == 1 and doc.stages[0].mesh is not None
+                  and doc.stages[0].mesh.axis_names == doc.mesh.axis_names
+                  and doc.stages[0].devices == doc.mesh.devices)
+    if doc.shardings.args or doc.shardings.values or spmd_stage:
         shardings = Shardings(
             mesh_axes=tuple(zip(doc.mesh.axis_names, doc.mesh.axis_sizes, strict=True)),
             args={e.arg: tuple(tuple(x) if isinstance(x, list) else x for x in e.spec) for e in doc.shardings.args},
