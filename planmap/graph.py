@@ -27,7 +27,7 @@ import numpy as np
 
 from planmap.errors import InputError
 
-__all__ = ["TensorType", "DimRoles", "Arg", "OpGraph", "GraphError", "topological_order"]
+__all__ = ["TensorType", "DimRoles", "DimMap", "Arg", "OpGraph", "GraphError", "topological_order"]
 
 
 class GraphError(ValueError):
@@ -104,6 +104,26 @@ class DimRoles:
 
 
 @dataclass(frozen=True)
+class DimMap:
+    """How an op's result dims relate to its operands' dims — what sharding propagation needs.
+
+    ``operands[k][j]``: the result dim that dim ``j`` of operand ``k`` becomes (-1: none — the dim is
+    contracted/reduced, sliced, concatenated along, broadcast from size 1, or otherwise not carried to
+    the result with the same size or as the major part of a reshaped dim).
+    ``reduced``: reduction slots; each slot is a tuple with one entry per operand (an operand dim, or -1
+    when that operand takes no part), e.g. a dot_general contracting pair ``(lhs_k, rhs_k)``, a reduce
+    dimension ``(d, -1)`` (-1 for the init value), the vocabulary dim of an embedding gather ``(v, -1)``,
+    a scatter-add's update scatter dim ``(-1, idx_dim, upd_dim)``. Sharding a slot's dims over a mesh
+    axis leaves partial sums in the result (an all-reduce or reduce-scatter completes them).
+    Every result of the op has the same rank and takes the same map (multi-result ops whose results
+    differ in rank get no DimMap).
+    """
+
+    operands: tuple[tuple[int, ...], ...]
+    reduced: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
 class Arg:
     """An entry-function argument. ``role`` is "data" (split over the batch) or "param" (model state)."""
 
@@ -132,7 +152,10 @@ class OpGraph:
     ``dims`` (DimRoles or None), ``colocation`` (class id, -1 = none: nodes of one class must share
     a device), ``backward`` (True for backward-pass nodes), ``layer`` (repeated-layer id, -1 = none),
     ``measured`` ({device type or kind: seconds per node, NaN = not supported there}; profiled
-    graphs only).
+    graphs only). Only the original graph of a StableHLO artifact has ``operands`` (each node's
+    operand value ids in operand order, duplicates kept; values a body captures are not operands)
+    and ``dim_maps`` (:class:`DimMap` per node, None = a unit that runs replicated); coarsened and
+    profiled graphs leave both None.
 
     Value columns (length ``m``): ``value_node`` (producer node, -1 for an argument),
     ``value_index`` (result number, or argument index), ``value_bytes``, ``value_time`` (measured
@@ -172,6 +195,8 @@ class OpGraph:
     members: np.ndarray | None = None
     n_original: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    operands: tuple[tuple[int, ...], ...] | None = None
+    dim_maps: tuple[DimMap | None, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.kind)
@@ -202,8 +227,9 @@ class OpGraph:
         s(self, "args", tuple(self.args))
         if self.outputs is not None:
             s(self, "outputs", tuple(tuple(o) for o in self.outputs))
-        if self.dims is not None:
-            s(self, "dims", tuple(self.dims))
+        for col in ("dims", "operands", "dim_maps"):
+            if getattr(self, col) is not None:
+                s(self, col, tuple(getattr(self, col)))
         self._validate()
 
     # ------------------------------------------------------------------------------ validation
@@ -215,7 +241,7 @@ class OpGraph:
         for col in ("flops", "bytes_accessed", "out_bytes", "state_bytes", "colocation", "backward", "layer"):
             if getattr(self, col).shape != (n,):
                 raise GraphError(f"OpGraph.{col} requires shape ({n},), but got {getattr(self, col).shape}")
-        for col in ("outputs", "dims"):
+        for col in ("outputs", "dims", "operands", "dim_maps"):
             v = getattr(self, col)
             if v is not None and len(v) != n:
                 raise GraphError(f"OpGraph.{col} requires {n} entries, but got {len(v)}")
@@ -238,10 +264,22 @@ class OpGraph:
             bad = int(np.argmax((src >= 0) & (src >= self.edge_dst)))
             raise GraphError(f"OpGraph requires topological node order, but edge {bad} goes from node "
                              f"{int(src[bad])} to node {int(self.edge_dst[bad])}")
+        if self.operands is not None:
+            self._validate_operands(m)
         if len(self.members_indptr) != n + 1:
             raise GraphError(f"OpGraph.members_indptr requires {n + 1} entries")
         if np.any(self.flops < 0) or np.any(self.bytes_accessed < 0):
             raise GraphError("OpGraph costs must be non-negative")
+
+    def _validate_operands(self, m: int) -> None:
+        ids = [v for ops in self.operands for v in ops]
+        if ids and (min(ids) < 0 or max(ids) >= m):
+            raise GraphError("OpGraph.operands requires value ids in [0, num_values)")
+        if self.dim_maps is not None:
+            for i, (ops, dm) in enumerate(zip(self.operands, self.dim_maps, strict=True)):
+                if dm is not None and len(dm.operands) != len(ops):
+                    raise GraphError(f"OpGraph.dim_maps[{i}] maps {len(dm.operands)} operands, but node {i} "
+                                     f"has {len(ops)}")
 
     # ---------------------------------------------------------------------------- properties
     @property
