@@ -24,21 +24,21 @@ Rules (``-1``: the dim is not carried to the result):
 Every mapped pair is then checked: it survives only when the operand dim and the result dim have the
 same size > 1 (reshape: one divides the other). Slots whose dims all have size 1 are dropped.
 
-Cost: only ops of the kinds in :data:`ATTRIBUTE_KINDS` need their attributes; the walker keeps those
-ops for this pass. Maps are memoised per load by (kind, operand types, result type, attributes):
-MLIR types and attributes are uniqued, so a 480-layer transformer computes a few hundred maps.
+Cost: the walker asks for each op's map as it passes; only the kinds whose map depends on attributes
+read them (the named attributes only). Maps are memoised per load by (kind, result type, attributes,
+operand types): MLIR types and attributes are uniqued, so a 480-layer transformer computes ~50 maps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from planmap.frontend.costs import ELEMENTWISE, OpCost, _ints
+from planmap.frontend.costs import ELEMENTWISE, _ints
 from planmap.frontend.tensors import TypeInfo
 from planmap.graph import DimMap, DimRoles
 
-__all__ = ["ATTRIBUTE_KINDS", "DimMapper", "operand_lists"]
+__all__ = ["DimMapper"]
 
 _SH = "stablehlo."
 # the attributes each kind's map depends on (read once per op, the memo key)
@@ -56,72 +56,55 @@ _ATTRS: dict[str, tuple[str, ...]] = {
     _SH + "scatter": ("scatter_dimension_numbers",),
 }
 _CHLO_BROADCAST = frozenset(k for k in ELEMENTWISE if k.startswith("chlo.broadcast_"))
-ATTRIBUTE_KINDS = frozenset(_ATTRS) | _CHLO_BROADCAST
+_ATTRS.update({k: ("broadcast_dimensions",) for k in _CHLO_BROADCAST})
+_SCATTER = _SH + "scatter"
 _ELEMENTWISE = (ELEMENTWISE - {_SH + "rng"}) | {_SH + "map"}
 _WHOLE = frozenset(_SH + k for k in ("slice", "dynamic_slice", "dynamic_update_slice"))
 _CONTRACTIONS = frozenset(_SH + k for k in ("dot_general", "dot", "convolution", "dynamic_conv"))
 _NO_OPERANDS = DimMap(operands=())
 
 
-def operand_lists(edge_v: Sequence[int], n_operands: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """Per node, its operand value ids in order, from the walker's flat list and per-node counts."""
-    out = []
-    at = 0
-    for k in n_operands:
-        out.append(tuple(edge_v[at: at + k]))
-        at += k
-    return tuple(out)
-
-
 class DimMapper:
-    """Computes and memoises the :class:`DimMap` of each op of one load (see the module docstring)."""
+    """The :class:`DimMap` of each op of one load, memoised (see the module docstring).
+
+    Called once per op by the walker, with what it has at hand: the op, its operand value ids, its
+    result types, the TypeInfo of every value so far, and a contraction's DimRoles.
+    """
 
     def __init__(self) -> None:
         self._memo: dict[Any, DimMap | None] = {}
 
-    def graph(self, kinds: Sequence[str], operands: Sequence[tuple[int, ...]], value_types: Sequence[TypeInfo],
-              first: Sequence[TypeInfo], multi: Mapping[int, list[TypeInfo]], attr_ops: Mapping[int, Any],
-              special: Mapping[int, OpCost]) -> tuple[DimMap | None, ...]:
-        """The map of every node: ``first``/``multi`` are the walker's result types, ``attr_ops`` its ops
-        of :data:`ATTRIBUTE_KINDS` by node, ``special`` its per-node costs (contractions' DimRoles)."""
-        out: list[DimMap | None] = []
-        for i, kind in enumerate(kinds):
-            outs = multi.get(i)
-            if outs is None:
-                outs = (first[i],)
-            elif not outs or any(o.type.rank != outs[0].type.rank for o in outs):
-                out.append(None)
-                continue
-            cost = special.get(i)
-            out.append(self.op(kind, attr_ops.get(i), [value_types[v] for v in operands[i]], outs[0],
-                               cost.dims if cost is not None else None))
-        return tuple(out)
-
-    def op(self, kind: str, op: Any, ins: list[TypeInfo], out: TypeInfo, roles: DimRoles | None) -> DimMap | None:
-        """The map of one op (``op`` is needed only for :data:`ATTRIBUTE_KINDS`, ``roles`` for contractions)."""
+    def __call__(self, kind: str, op: Any, ids: Sequence[int], outs: list[TypeInfo], value_types: list[TypeInfo],
+                 roles: DimRoles | None) -> DimMap | None:
+        if len(outs) != 1 and (not outs or any(o.type.rank != outs[0].type.rank for o in outs)):
+            return None
         names = _ATTRS.get(kind)
-        if names is not None or kind in _CHLO_BROADCAST:
-            if op is None:
-                return None
-            attrs = op.attributes
-            names = names or ("broadcast_dimensions",)
-            extra: Any = tuple(attrs.get(a, None) for a in names)
-            if kind == _SH + "scatter":
-                extra = (extra, _is_add_body(op, (len(ins) - 1) // 2))
-        elif kind in _CONTRACTIONS:
-            extra = roles
+        if names is None:
+            extra: Any = roles  # None but for contractions
+        elif kind == _SCATTER:
+            extra = (op.attributes.get(names[0]), _is_add_body(op, (len(ids) - 1) // 2))
+        elif not ids or not value_types[ids[0]].type.shape:
+            extra = ()  # a scalar first operand (a broadcast constant): in these kinds all operands are scalars
+        elif len(names) == 1:
+            extra = (op.attributes.get(names[0]),)
         else:
-            extra = None
-        key = (kind, tuple(map(id, ins)), id(out), extra)
+            extra = tuple(map(op.attributes.get, names))
+        n = len(ids)  # spelled out for one and two operands: this runs once per op of the module
+        if n == 1:
+            key = (kind, id(outs[0]), extra, id(value_types[ids[0]]))
+        elif n == 2:
+            key = (kind, id(outs[0]), extra, id(value_types[ids[0]]), id(value_types[ids[1]]))
+        else:
+            key = (kind, id(outs[0]), extra, *map(id, map(value_types.__getitem__, ids)))
         try:
             return self._memo[key]
         except KeyError:
             pass
         except TypeError:  # an unhashable attribute: compute without the memo
             key = None
-        shapes = [t.type.shape for t in ins]
+        shapes = [value_types[v].type.shape for v in ids]
         try:
-            dm = _compute(kind, op, shapes, out.type.shape, roles, extra)
+            dm = _compute(kind, shapes, outs[0].type.shape, roles, extra)
         except (KeyError, IndexError, ValueError, TypeError):  # attributes not as the opset says
             dm = None
         if key is not None:
@@ -129,11 +112,11 @@ class DimMapper:
         return dm
 
 
-def _compute(kind: str, op: Any, shapes: list[tuple[int, ...]], out: tuple[int, ...], roles: DimRoles | None,
+def _compute(kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], roles: DimRoles | None,
              extra: Any) -> DimMap | None:
     r = len(out)
     if kind in _ELEMENTWISE:
-        dims = _ints(extra[0]) if kind in _CHLO_BROADCAST and extra[0] is not None else None
+        dims = _int_list(extra[0]) if kind in _CHLO_BROADCAST and extra else None
         return _finish([_aligned(s, r, dims) for s in shapes], (), shapes, out)
     if kind == _SH + "bitcast_convert":
         return _finish([tuple(range(r))], (), shapes, out) if shapes == [out] else None
@@ -147,13 +130,25 @@ def _compute(kind: str, op: Any, shapes: list[tuple[int, ...]], out: tuple[int, 
         return _finish([tuple(range(r - len(shapes[0]), r))], (), shapes, out)
     if kind in _CONTRACTIONS:
         return _contraction(roles, shapes, out) if roles is not None else None
-    if kind == _SH + "scatter":
-        return _scatter(extra[0][0], shapes, out) if extra[1] else None
+    if kind == _SCATTER:
+        return _scatter(extra[0], shapes, out) if extra[1] else None
+    if kind in _ATTRS and extra == ():  # scalar operands
+        return DimMap(((),) * len(shapes)) if not any(shapes) else None
     if kind == _SH + "gather":
-        return _gather(extra[0], _ints(extra[1]), shapes, out)
+        return _gather(extra[0], _int_list(extra[1]), shapes, out)
     if kind in _ATTRS:
-        return _attributed(kind, [_ints(a) if a is not None else None for a in extra], shapes, out)
+        return _attributed(kind, [_int_list(a) for a in extra], shapes, out)
     return None
+
+
+def _int_list(attr: Any) -> list[int] | None:
+    """The integers of an attribute (None when absent). A dense i64 array is read element by element:
+    converting it through numpy or its iterator costs ~30 times as much."""
+    if attr is None:
+        return None
+    if type(attr).__name__ == "DenseI64ArrayAttr":
+        return [attr[k] for k in range(len(attr))]
+    return _ints(attr)
 
 
 def _attributed(kind: str, a: list[list[int] | None], shapes: list[tuple[int, ...]],

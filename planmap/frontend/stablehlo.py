@@ -35,13 +35,13 @@ import numpy as np
 from planmap.errors import InputError
 from planmap.frontend import costs as C
 from planmap.frontend.arguments import assign_roles
-from planmap.frontend.dimmaps import ATTRIBUTE_KINDS, DimMapper, operand_lists
+from planmap.frontend.dimmaps import DimMapper
 from planmap.frontend.loops import static_trip_count
 from planmap.frontend.mlir import ParsedModule
 from planmap.frontend.namestack import label_ops
 from planmap.frontend.shardings import collect_shardings
 from planmap.frontend.tensors import TypeInfo, TypeTable
-from planmap.graph import Arg, DimRoles, OpGraph, TensorType
+from planmap.graph import Arg, DimMap, DimRoles, OpGraph, TensorType
 
 __all__ = ["build_graph", "location_name"]
 
@@ -225,9 +225,6 @@ def build_graph(parsed: ParsedModule, *, name: str, entry: str = "main", argumen
         fn = _find_entry(coster, entry, where)
         block = fn.regions[0].blocks[0]
         walk = _walk_entry(block, types, coster)
-        operands = operand_lists(walk.edge_v, walk.n_operands)
-        dim_maps = DimMapper().graph(walk.kinds, operands, walk.value_types, walk.first, walk.multi, walk.attr_ops,
-                                     walk.special)
         arg_names = _arg_names(fn, block)
         roles = assign_roles(arg_names, arguments, where)
         shardings = collect_shardings(parsed.module, fn, walk.constraint_ops)
@@ -310,7 +307,7 @@ def build_graph(parsed: ParsedModule, *, name: str, entry: str = "main", argumen
         out_bytes=out_bytes, state_bytes=state, dtype=dtypes, value_node=value_node,
         value_index=value_index, value_bytes=value_bytes, edge_value=ev, edge_dst=ed, args=graph_args,
         results=walk.results, outputs=outputs, dims=dims, backward=labels.backward, layer=labels.layer,
-        meta=meta, operands=operands, dim_maps=dim_maps)
+        meta=meta, operands=walk.operands, dim_maps=walk.dim_maps)
 
 
 _ELEMENTWISE, _DATA, _FREE, _CONSTANT, _SPECIAL = 0, 1, 2, 3, 4
@@ -324,7 +321,9 @@ class _Walk:
 
     Per node: ``kinds``, ``names``, ``category`` (how it is costed), ``first`` (the first result's
     TypeInfo); ops with several results list them all in ``multi``; ops costed one by one (contractions,
-    bodies, reductions, unknown kinds) have their :class:`~planmap.frontend.costs.OpCost` in ``special``.
+    bodies, reductions, unknown kinds) have their :class:`~planmap.frontend.costs.OpCost` in ``special``;
+    ``operands`` has every node's operand value ids, ``dim_maps`` its :class:`~planmap.graph.DimMap`
+    (:mod:`planmap.frontend.dimmaps`).
     """
 
     def __init__(self) -> None:
@@ -341,23 +340,23 @@ class _Walk:
         self.results: list[int] = []
         self.arg_types: list[TypeInfo] = []
         self.constraint_ops: list[tuple[int, Any]] = []
-        self.value_types: list[TypeInfo] = []  # TypeInfo per value id
-        self.attr_ops: dict[int, Any] = {}  # node -> op, for the kinds whose dim map reads attributes
+        self.operands: list[tuple[int, ...]] = []
+        self.dim_maps: list[DimMap | None] = []
 
 
 def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
     """One pass over the entry block: the hot loop of the front end (see the module docstring).
 
     Per op it only crosses into the bindings for the name, operands, results, result types and
-    location, and appends to a few lists; everything derivable (value columns, edge destinations,
+    location (and the few attributes a dim map needs), and appends to a few lists; everything derivable (value columns, edge destinations,
     costs of elementwise and data-movement ops) is computed afterwards with numpy.
     """
     w = _Walk()
     args = list(block.arguments)
     w.arg_types = [types(a.type) for a in args]
     vid: dict[Any, int] = {a: i for i, a in enumerate(args)}
-    vinfo = w.value_types = list(w.arg_types)
-    attr_ops, attr_kinds = w.attr_ops, ATTRIBUTE_KINDS
+    vinfo: list[TypeInfo] = list(w.arg_types)  # TypeInfo per value id
+    operands, dim_maps, dim_map = w.operands, w.dim_maps, DimMapper()
     kinds, names, category, first = w.kinds, w.names, w.category, w.first
     edge_v, n_operands, n_results = w.edge_v, w.n_operands, w.n_results
     category_of = _CATEGORY.get
@@ -370,8 +369,9 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
         if kind == "func.return" or kind == "stablehlo.return":
             w.results = [vid[v] for v in op.operands]
             continue
-        ids = [vid[v] for v in op.operands]
+        ids = tuple(map(vid.__getitem__, op.operands))
         edge_v += ids
+        operands.append(ids)
         n_operands.append(len(ids))
         outs = []
         for r in op.results:
@@ -410,8 +410,7 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
             w.special[n] = cost
         elif cat == _FREE and kind == "sdy.sharding_constraint":
             w.constraint_ops.append((n, op))
-        if kind in attr_kinds:
-            attr_ops[n] = op
+        dim_maps.append(dim_map(kind, op, ids, outs, vinfo, cost.dims if cat == _SPECIAL else None))
         n += 1
     return w
 
