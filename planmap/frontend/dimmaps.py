@@ -41,8 +41,9 @@ from planmap.graph import DimMap, DimRoles
 __all__ = ["DimMapper"]
 
 _SH = "stablehlo."
+_CHLO_BROADCAST = frozenset(k for k in ELEMENTWISE if k.startswith("chlo.broadcast_"))
 # the attributes each kind's map depends on (read once per op, the memo key)
-_ATTRS: dict[str, tuple[str, ...]] = {
+_ATTRS: dict[str, tuple[str, ...]] = {k: ("broadcast_dimensions",) for k in _CHLO_BROADCAST} | {
     _SH + "broadcast_in_dim": ("broadcast_dimensions",),
     _SH + "transpose": ("permutation",),
     _SH + "reduce": ("dimensions",),
@@ -55,8 +56,6 @@ _ATTRS: dict[str, tuple[str, ...]] = {
     _SH + "gather": ("dimension_numbers", "slice_sizes"),
     _SH + "scatter": ("scatter_dimension_numbers",),
 }
-_CHLO_BROADCAST = frozenset(k for k in ELEMENTWISE if k.startswith("chlo.broadcast_"))
-_ATTRS.update({k: ("broadcast_dimensions",) for k in _CHLO_BROADCAST})
 _SCATTER = _SH + "scatter"
 _ELEMENTWISE = (ELEMENTWISE - {_SH + "rng"}) | {_SH + "map"}
 _WHOLE = frozenset(_SH + k for k in ("slice", "dynamic_slice", "dynamic_update_slice"))

@@ -323,3 +323,20 @@ def test_opgraph_validates_the_new_columns(models_dir):
     with pytest.raises(GraphError, match=f"dim_maps\\[{i}\\] maps 1 operands"):
         replace(g, dim_maps=tuple(bad))
     assert np.array_equal(replace(g).flops, g.flops)
+
+
+def test_chlo_broadcasts_custom_calls_and_unknown_ops():
+    text = """
+    func.func @main(%a: tensor<16xf32>, %b: tensor<8x16xf32>, %c: tensor<16x8xf32>) -> tensor<8x16xf32> {
+      %0 = chlo.broadcast_add %a, %b : (tensor<16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+      %1 = chlo.broadcast_multiply %a, %c {broadcast_dimensions = array<i64: 0>}
+          : (tensor<16xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+      %2 = stablehlo.custom_call @Sharding(%0) : (tensor<8x16xf32>) -> tensor<8x16xf32>
+      %3 = "foo.bar"(%2) : (tensor<8x16xf32>) -> tensor<8x16xf32>
+      return %3 : tensor<8x16xf32>
+    }"""
+    with pytest.warns(UserWarning, match="foo.bar"):
+        g = _graph_of_text(text)
+    assert g.dim_maps[0].operands == ((1,), (0, 1))  # right-aligned, as numpy broadcasts
+    assert g.dim_maps[1].operands == ((0,), (0, 1))  # by its broadcast_dimensions
+    assert g.dim_maps[2] is None and g.dim_maps[3] is None
