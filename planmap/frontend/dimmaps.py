@@ -24,9 +24,11 @@ Rules (``-1``: the dim is not carried to the result):
 Every mapped pair is then checked: it survives only when the operand dim and the result dim have the
 same size > 1 (reshape: one divides the other). Slots whose dims all have size 1 are dropped.
 
-Cost: the walker asks for each op's map as it passes; only the kinds whose map depends on attributes
-read them (the named attributes only). Maps are memoised per load by (kind, result type, attributes,
-operand types): MLIR types and attributes are uniqued, so a 480-layer transformer computes ~50 maps.
+Cost: the walker asks for each op's map as it passes (about 2 % of a load). Maps are memoised per load
+by (kind, result type, operand types) — MLIR types are uniqued, so a 480-layer transformer computes
+~50 maps — and, for the kinds whose map depends on attributes, by those attributes too. Attributes are
+read only when the types leave the map open: a broadcast of a scalar, or a broadcast_in_dim whose
+operand dims each match exactly one result dim by size (most of them), needs none.
 """
 
 from __future__ import annotations
@@ -66,57 +68,76 @@ _NO_OPERANDS = DimMap(operands=())
 class DimMapper:
     """The :class:`DimMap` of each op of one load, memoised (see the module docstring).
 
-    Called once per op by the walker, with what it has at hand: the op, its operand value ids, its
-    result types, the TypeInfo of every value so far, and a contraction's DimRoles.
+    :meth:`op` is called once per op by the walker, with what it has at hand: the op, its operand
+    value ids, its result types, the TypeInfo of every value so far, and a contraction's DimRoles.
     """
 
     def __init__(self) -> None:
-        self._memo: dict[Any, DimMap | None] = {}
+        self._memo: dict[Any, Any] = {}
 
-    def __call__(self, kind: str, op: Any, ids: Sequence[int], outs: list[TypeInfo], value_types: list[TypeInfo],
-                 roles: DimRoles | None) -> DimMap | None:
+    def op(self, kind: str, op: Any, ids: Sequence[int], outs: list[TypeInfo], value_types: list[TypeInfo],
+           roles: DimRoles | None) -> DimMap | None:
+        """The map of one op; attributes are read only when its types leave the map open."""
         if len(outs) != 1 and (not outs or any(o.type.rank != outs[0].type.rank for o in outs)):
             return None
-        names = _ATTRS.get(kind)
-        if names is None:
-            extra: Any = roles  # None but for contractions
-        elif kind == _SCATTER:
-            extra = (op.attributes.get(names[0]), _is_add_body(op, (len(ids) - 1) // 2))
-        elif not ids or not value_types[ids[0]].type.shape:
-            extra = ()  # a scalar first operand (a broadcast constant): in these kinds all operands are scalars
-        elif len(names) == 1:
-            extra = (op.attributes.get(names[0]),)
+        n = len(ids)  # spelled out for one and two operands: this runs once per op of the module
+        if n == 1:  # roles (a contraction's) by identity: the cost model memoises them per attribute and types
+            key = (kind, id(outs[0]), id(roles), id(value_types[ids[0]]))
+        elif n == 2:
+            key = (kind, id(outs[0]), id(roles), id(value_types[ids[0]]), id(value_types[ids[1]]))
+        else:
+            key = (kind, id(outs[0]), id(roles), *map(id, map(value_types.__getitem__, ids)))
+        dm = self._memo.get(key, _MISSING)
+        if dm is _MISSING:
+            shapes = [value_types[v].type.shape for v in ids]
+            dm = self._memo[key] = _guarded(_by_types, kind, shapes, outs[0].type.shape, roles)
+        if dm is _BY_ATTRIBUTES:
+            return self._by_attributes(kind, op, ids, outs[0], value_types, key)
+        return dm
+
+    def _by_attributes(self, kind: str, op: Any, ids: Sequence[int], out: TypeInfo, value_types: list[TypeInfo],
+                       key: tuple) -> DimMap | None:
+        names = _ATTRS[kind]
+        if kind == _SCATTER:
+            extra: Any = (op.attributes.get(names[0]), _is_add_body(op, (len(ids) - 1) // 2))
         else:
             extra = tuple(map(op.attributes.get, names))
-        n = len(ids)  # spelled out for one and two operands: this runs once per op of the module
-        if n == 1:
-            key = (kind, id(outs[0]), extra, id(value_types[ids[0]]))
-        elif n == 2:
-            key = (kind, id(outs[0]), extra, id(value_types[ids[0]]), id(value_types[ids[1]]))
-        else:
-            key = (kind, id(outs[0]), extra, *map(id, map(value_types.__getitem__, ids)))
         try:
+            key = (key, extra)
             return self._memo[key]
         except KeyError:
             pass
         except TypeError:  # an unhashable attribute: compute without the memo
             key = None
         shapes = [value_types[v].type.shape for v in ids]
-        try:
-            dm = _compute(kind, shapes, outs[0].type.shape, roles, extra)
-        except (KeyError, IndexError, ValueError, TypeError):  # attributes not as the opset says
-            dm = None
+        dm = _guarded(_by_attrs, kind, shapes, out.type.shape, extra)
         if key is not None:
             self._memo[key] = dm
         return dm
 
 
-def _compute(kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], roles: DimRoles | None,
-             extra: Any) -> DimMap | None:
+_MISSING = object()
+_BY_ATTRIBUTES = object()  # memo entry: this op's map depends on its attributes, not just its types
+
+
+def _guarded(compute: Any, kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], extra: Any) -> Any:
+    try:
+        return compute(kind, shapes, out, extra)
+    except (KeyError, IndexError, ValueError, TypeError):  # attributes not as the opset says
+        return None
+
+
+def _by_types(kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], roles: DimRoles | None) -> Any:
+    """The map when the kind and the types fix it, else :data:`_BY_ATTRIBUTES` or None (a unit)."""
     r = len(out)
+    if kind in _ATTRS:
+        if kind != _SCATTER and not any(shapes):  # scalar operands (a broadcast constant): no dims to map
+            return DimMap(((),) * len(shapes))
+        if kind == _SH + "broadcast_in_dim":
+            return _broadcast_by_sizes(shapes[0], out) or _BY_ATTRIBUTES
+        return _BY_ATTRIBUTES
     if kind in _ELEMENTWISE:
-        dims = _int_list(extra[0]) if kind in _CHLO_BROADCAST and extra else None
-        return _finish([_aligned(s, r, dims) for s in shapes], (), shapes, out)
+        return _finish([_aligned(s, r, None) for s in shapes], (), shapes, out)
     if kind == _SH + "bitcast_convert":
         return _finish([tuple(range(r))], (), shapes, out) if shapes == [out] else None
     if kind in _WHOLE:
@@ -129,15 +150,34 @@ def _compute(kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], rol
         return _finish([tuple(range(r - len(shapes[0]), r))], (), shapes, out)
     if kind in _CONTRACTIONS:
         return _contraction(roles, shapes, out) if roles is not None else None
+    return None
+
+
+def _by_attrs(kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], extra: tuple) -> DimMap | None:
+    """The map of an op of :data:`_ATTRS` from its attributes ``extra`` (in the order of ``_ATTRS[kind]``)."""
+    if kind in _CHLO_BROADCAST:
+        dims = _int_list(extra[0])
+        return _finish([_aligned(s, len(out), dims) for s in shapes], (), shapes, out)
     if kind == _SCATTER:
         return _scatter(extra[0], shapes, out) if extra[1] else None
-    if kind in _ATTRS and extra == ():  # scalar operands
-        return DimMap(((),) * len(shapes)) if not any(shapes) else None
     if kind == _SH + "gather":
         return _gather(extra[0], _int_list(extra[1]), shapes, out)
-    if kind in _ATTRS:
-        return _attributed(kind, [_int_list(a) for a in extra], shapes, out)
-    return None
+    return _attributed(kind, [_int_list(a) for a in extra], shapes, out)
+
+
+def _broadcast_by_sizes(shape: tuple[int, ...], out: tuple[int, ...]) -> DimMap | None:
+    """A broadcast_in_dim's map from sizes alone: when each operand dim of size > 1 has exactly one
+    result dim of its size, its broadcast dimension must be that one (None otherwise: read them)."""
+    m = []
+    for s in shape:
+        if s <= 1:
+            m.append(-1)
+            continue
+        at = [i for i, o in enumerate(out) if o == s]
+        if len(at) != 1:
+            return None
+        m.append(at[0])
+    return _finish([tuple(m)], (), [shape], out)
 
 
 def _int_list(attr: Any) -> list[int] | None:

@@ -198,6 +198,9 @@ def test_transpose_and_broadcast():
     g = graph_of(lambda b, x: x + b, S((1, 16), F32), S((8, 16), F32))  # broadcast from size 1
     (b,) = [i for i in ops(g, "broadcast_in_dim") if g.operands[i] == (0,)]
     assert g.dim_maps[b].operands == ((-1, 1),)
+    for dims in ((0,), (1,)):  # sizes leave the broadcast dimension open: it is read from the attribute
+        g = graph_of(lambda x, d=dims: jax.lax.broadcast_in_dim(x, (8, 8), d), S((8,), F32))
+        assert only(g, "broadcast_in_dim").operands == (dims,)
     g = graph_of(lambda x: x * 2.0, S((8, 1), F32))  # size-1 dims map to -1, scalars to ()
     assert only(g, "multiply").operands == ((0, -1), (0, -1))
 
