@@ -19,6 +19,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -272,14 +273,16 @@ class OpGraph:
             raise GraphError("OpGraph costs must be non-negative")
 
     def _validate_operands(self, m: int) -> None:
-        ids = [v for ops in self.operands for v in ops]
-        if ids and (min(ids) < 0 or max(ids) >= m):
+        ids = np.fromiter(itertools.chain.from_iterable(self.operands), np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= m):
             raise GraphError("OpGraph.operands requires value ids in [0, num_values)")
         if self.dim_maps is not None:
-            for i, (ops, dm) in enumerate(zip(self.operands, self.dim_maps, strict=True)):
-                if dm is not None and len(dm.operands) != len(ops):
-                    raise GraphError(f"OpGraph.dim_maps[{i}] maps {len(dm.operands)} operands, but node {i} "
-                                     f"has {len(ops)}")
+            bad = [i for i, (ops, dm) in enumerate(zip(self.operands, self.dim_maps, strict=True))
+                   if dm is not None and len(dm.operands) != len(ops)]
+            if bad:
+                i = bad[0]
+                raise GraphError(f"OpGraph.dim_maps[{i}] maps {len(self.dim_maps[i].operands)} operands, but node "
+                                 f"{i} has {len(self.operands[i])}")
 
     # ---------------------------------------------------------------------------- properties
     @property

@@ -24,25 +24,28 @@ Rules (``-1``: the dim is not carried to the result):
 Every mapped pair is then checked: it survives only when the operand dim and the result dim have the
 same size > 1 (reshape: one divides the other). Slots whose dims all have size 1 are dropped.
 
-Cost: only ops of the kinds in :data:`ATTRIBUTE_KINDS` need their attributes; the walker keeps those
-ops for this pass. Maps are memoised per load by (kind, operand types, result type, attributes):
-MLIR types and attributes are uniqued, so a 480-layer transformer computes a few hundred maps.
+Cost: the walker asks for each op's map as it passes (about 2 % of a load). Maps are memoised per load
+by (kind, result type, operand types) — MLIR types are uniqued, so a 480-layer transformer computes
+~50 maps — and, for the kinds whose map depends on attributes, by those attributes too. Attributes are
+read only when the types leave the map open: a broadcast of a scalar, or a broadcast_in_dim whose
+operand dims each match exactly one result dim by size (most of them), needs none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from planmap.frontend.costs import ELEMENTWISE, OpCost, _ints
+from planmap.frontend.costs import ELEMENTWISE, _ints
 from planmap.frontend.tensors import TypeInfo
 from planmap.graph import DimMap, DimRoles
 
-__all__ = ["ATTRIBUTE_KINDS", "DimMapper", "operand_lists"]
+__all__ = ["DimMapper"]
 
 _SH = "stablehlo."
+_CHLO_BROADCAST = frozenset(k for k in ELEMENTWISE if k.startswith("chlo.broadcast_"))
 # the attributes each kind's map depends on (read once per op, the memo key)
-_ATTRS: dict[str, tuple[str, ...]] = {
+_ATTRS: dict[str, tuple[str, ...]] = {k: ("broadcast_dimensions",) for k in _CHLO_BROADCAST} | {
     _SH + "broadcast_in_dim": ("broadcast_dimensions",),
     _SH + "transpose": ("permutation",),
     _SH + "reduce": ("dimensions",),
@@ -55,86 +58,86 @@ _ATTRS: dict[str, tuple[str, ...]] = {
     _SH + "gather": ("dimension_numbers", "slice_sizes"),
     _SH + "scatter": ("scatter_dimension_numbers",),
 }
-_CHLO_BROADCAST = frozenset(k for k in ELEMENTWISE if k.startswith("chlo.broadcast_"))
-ATTRIBUTE_KINDS = frozenset(_ATTRS) | _CHLO_BROADCAST
+_SCATTER = _SH + "scatter"
 _ELEMENTWISE = (ELEMENTWISE - {_SH + "rng"}) | {_SH + "map"}
 _WHOLE = frozenset(_SH + k for k in ("slice", "dynamic_slice", "dynamic_update_slice"))
 _CONTRACTIONS = frozenset(_SH + k for k in ("dot_general", "dot", "convolution", "dynamic_conv"))
 _NO_OPERANDS = DimMap(operands=())
 
 
-def operand_lists(edge_v: Sequence[int], n_operands: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """Per node, its operand value ids in order, from the walker's flat list and per-node counts."""
-    out = []
-    at = 0
-    for k in n_operands:
-        out.append(tuple(edge_v[at: at + k]))
-        at += k
-    return tuple(out)
-
-
 class DimMapper:
-    """Computes and memoises the :class:`DimMap` of each op of one load (see the module docstring)."""
+    """The :class:`DimMap` of each op of one load, memoised (see the module docstring).
+
+    :meth:`op` is called once per op by the walker, with what it has at hand: the op, its operand
+    value ids, its result types, the TypeInfo of every value so far, and a contraction's DimRoles.
+    """
 
     def __init__(self) -> None:
-        self._memo: dict[Any, DimMap | None] = {}
+        self._memo: dict[Any, Any] = {}
 
-    def graph(self, kinds: Sequence[str], operands: Sequence[tuple[int, ...]], value_types: Sequence[TypeInfo],
-              first: Sequence[TypeInfo], multi: Mapping[int, list[TypeInfo]], attr_ops: Mapping[int, Any],
-              special: Mapping[int, OpCost]) -> tuple[DimMap | None, ...]:
-        """The map of every node: ``first``/``multi`` are the walker's result types, ``attr_ops`` its ops
-        of :data:`ATTRIBUTE_KINDS` by node, ``special`` its per-node costs (contractions' DimRoles)."""
-        out: list[DimMap | None] = []
-        for i, kind in enumerate(kinds):
-            outs = multi.get(i)
-            if outs is None:
-                outs = (first[i],)
-            elif not outs or any(o.type.rank != outs[0].type.rank for o in outs):
-                out.append(None)
-                continue
-            cost = special.get(i)
-            out.append(self.op(kind, attr_ops.get(i), [value_types[v] for v in operands[i]], outs[0],
-                               cost.dims if cost is not None else None))
-        return tuple(out)
-
-    def op(self, kind: str, op: Any, ins: list[TypeInfo], out: TypeInfo, roles: DimRoles | None) -> DimMap | None:
-        """The map of one op (``op`` is needed only for :data:`ATTRIBUTE_KINDS`, ``roles`` for contractions)."""
-        names = _ATTRS.get(kind)
-        if names is not None or kind in _CHLO_BROADCAST:
-            if op is None:
-                return None
-            attrs = op.attributes
-            names = names or ("broadcast_dimensions",)
-            extra: Any = tuple(attrs.get(a, None) for a in names)
-            if kind == _SH + "scatter":
-                extra = (extra, _is_add_body(op, (len(ins) - 1) // 2))
-        elif kind in _CONTRACTIONS:
-            extra = roles
+    def op(self, kind: str, op: Any, ids: Sequence[int], outs: list[TypeInfo], value_types: list[TypeInfo],
+           roles: DimRoles | None) -> DimMap | None:
+        """The map of one op; attributes are read only when its types leave the map open."""
+        if len(outs) != 1 and (not outs or any(o.type.rank != outs[0].type.rank for o in outs)):
+            return None
+        n = len(ids)  # spelled out for one and two operands: this runs once per op of the module
+        if n == 1:  # roles (a contraction's) by identity: the cost model memoises them per attribute and types
+            key = (kind, id(outs[0]), id(roles), id(value_types[ids[0]]))
+        elif n == 2:
+            key = (kind, id(outs[0]), id(roles), id(value_types[ids[0]]), id(value_types[ids[1]]))
         else:
-            extra = None
-        key = (kind, tuple(map(id, ins)), id(out), extra)
+            key = (kind, id(outs[0]), id(roles), *map(id, map(value_types.__getitem__, ids)))
+        dm = self._memo.get(key, _MISSING)
+        if dm is _MISSING:
+            shapes = [value_types[v].type.shape for v in ids]
+            dm = self._memo[key] = _guarded(_by_types, kind, shapes, outs[0].type.shape, roles)
+        if dm is _BY_ATTRIBUTES:
+            return self._by_attributes(kind, op, ids, outs[0], value_types, key)
+        return dm
+
+    def _by_attributes(self, kind: str, op: Any, ids: Sequence[int], out: TypeInfo, value_types: list[TypeInfo],
+                       key: tuple) -> DimMap | None:
+        names = _ATTRS[kind]
+        if kind == _SCATTER:
+            extra: Any = (op.attributes.get(names[0]), _is_add_body(op, (len(ids) - 1) // 2))
+        else:
+            extra = tuple(map(op.attributes.get, names))
         try:
+            key = (key, extra)
             return self._memo[key]
         except KeyError:
             pass
         except TypeError:  # an unhashable attribute: compute without the memo
             key = None
-        shapes = [t.type.shape for t in ins]
-        try:
-            dm = _compute(kind, op, shapes, out.type.shape, roles, extra)
-        except (KeyError, IndexError, ValueError, TypeError):  # attributes not as the opset says
-            dm = None
+        shapes = [value_types[v].type.shape for v in ids]
+        dm = _guarded(_by_attrs, kind, shapes, out.type.shape, extra)
         if key is not None:
             self._memo[key] = dm
         return dm
 
 
-def _compute(kind: str, op: Any, shapes: list[tuple[int, ...]], out: tuple[int, ...], roles: DimRoles | None,
-             extra: Any) -> DimMap | None:
+_MISSING = object()
+_BY_ATTRIBUTES = object()  # memo entry: this op's map depends on its attributes, not just its types
+
+
+def _guarded(compute: Any, kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], extra: Any) -> Any:
+    try:
+        return compute(kind, shapes, out, extra)
+    except (KeyError, IndexError, ValueError, TypeError):  # attributes not as the opset says
+        return None
+
+
+def _by_types(kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], roles: DimRoles | None) -> Any:
+    """The map when the kind and the types fix it, else :data:`_BY_ATTRIBUTES` or None (a unit)."""
     r = len(out)
+    if kind in _ATTRS:
+        if kind != _SCATTER and not any(shapes):  # scalar operands (a broadcast constant): no dims to map
+            return DimMap(((),) * len(shapes))
+        if kind == _SH + "broadcast_in_dim":
+            return _broadcast_by_sizes(shapes[0], out) or _BY_ATTRIBUTES
+        return _BY_ATTRIBUTES
     if kind in _ELEMENTWISE:
-        dims = _ints(extra[0]) if kind in _CHLO_BROADCAST and extra[0] is not None else None
-        return _finish([_aligned(s, r, dims) for s in shapes], (), shapes, out)
+        return _finish([_aligned(s, r, None) for s in shapes], (), shapes, out)
     if kind == _SH + "bitcast_convert":
         return _finish([tuple(range(r))], (), shapes, out) if shapes == [out] else None
     if kind in _WHOLE:
@@ -147,13 +150,44 @@ def _compute(kind: str, op: Any, shapes: list[tuple[int, ...]], out: tuple[int, 
         return _finish([tuple(range(r - len(shapes[0]), r))], (), shapes, out)
     if kind in _CONTRACTIONS:
         return _contraction(roles, shapes, out) if roles is not None else None
-    if kind == _SH + "scatter":
-        return _scatter(extra[0][0], shapes, out) if extra[1] else None
-    if kind == _SH + "gather":
-        return _gather(extra[0], _ints(extra[1]), shapes, out)
-    if kind in _ATTRS:
-        return _attributed(kind, [_ints(a) if a is not None else None for a in extra], shapes, out)
     return None
+
+
+def _by_attrs(kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], extra: tuple) -> DimMap | None:
+    """The map of an op of :data:`_ATTRS` from its attributes ``extra`` (in the order of ``_ATTRS[kind]``)."""
+    if kind in _CHLO_BROADCAST:
+        dims = _int_list(extra[0])
+        return _finish([_aligned(s, len(out), dims) for s in shapes], (), shapes, out)
+    if kind == _SCATTER:
+        return _scatter(extra[0], shapes, out) if extra[1] else None
+    if kind == _SH + "gather":
+        return _gather(extra[0], _int_list(extra[1]), shapes, out)
+    return _attributed(kind, [_int_list(a) for a in extra], shapes, out)
+
+
+def _broadcast_by_sizes(shape: tuple[int, ...], out: tuple[int, ...]) -> DimMap | None:
+    """A broadcast_in_dim's map from sizes alone: when each operand dim of size > 1 has exactly one
+    result dim of its size, its broadcast dimension must be that one (None otherwise: read them)."""
+    m = []
+    for s in shape:
+        if s <= 1:
+            m.append(-1)
+            continue
+        at = [i for i, o in enumerate(out) if o == s]
+        if len(at) != 1:
+            return None
+        m.append(at[0])
+    return _finish([tuple(m)], (), [shape], out)
+
+
+def _int_list(attr: Any) -> list[int] | None:
+    """The integers of an attribute (None when absent). A dense i64 array is read element by element:
+    converting it through numpy or its iterator costs ~30 times as much."""
+    if attr is None:
+        return None
+    if type(attr).__name__ == "DenseI64ArrayAttr":
+        return [attr[k] for k in range(len(attr))]
+    return _ints(attr)
 
 
 def _attributed(kind: str, a: list[list[int] | None], shapes: list[tuple[int, ...]],

@@ -198,6 +198,9 @@ def test_transpose_and_broadcast():
     g = graph_of(lambda b, x: x + b, S((1, 16), F32), S((8, 16), F32))  # broadcast from size 1
     (b,) = [i for i in ops(g, "broadcast_in_dim") if g.operands[i] == (0,)]
     assert g.dim_maps[b].operands == ((-1, 1),)
+    for dims in ((0,), (1,)):  # sizes leave the broadcast dimension open: it is read from the attribute
+        g = graph_of(lambda x, d=dims: jax.lax.broadcast_in_dim(x, (8, 8), d), S((8,), F32))
+        assert only(g, "broadcast_in_dim").operands == (dims,)
     g = graph_of(lambda x: x * 2.0, S((8, 1), F32))  # size-1 dims map to -1, scalars to ()
     assert only(g, "multiply").operands == ((0, -1), (0, -1))
 
@@ -323,3 +326,20 @@ def test_opgraph_validates_the_new_columns(models_dir):
     with pytest.raises(GraphError, match=f"dim_maps\\[{i}\\] maps 1 operands"):
         replace(g, dim_maps=tuple(bad))
     assert np.array_equal(replace(g).flops, g.flops)
+
+
+def test_chlo_broadcasts_custom_calls_and_unknown_ops():
+    text = """
+    func.func @main(%a: tensor<16xf32>, %b: tensor<8x16xf32>, %c: tensor<16x8xf32>) -> tensor<8x16xf32> {
+      %0 = chlo.broadcast_add %a, %b : (tensor<16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+      %1 = chlo.broadcast_multiply %a, %c {broadcast_dimensions = array<i64: 0>}
+          : (tensor<16xf32>, tensor<16x8xf32>) -> tensor<16x8xf32>
+      %2 = stablehlo.custom_call @Sharding(%0) : (tensor<8x16xf32>) -> tensor<8x16xf32>
+      %3 = "foo.bar"(%2) : (tensor<8x16xf32>) -> tensor<8x16xf32>
+      return %3 : tensor<8x16xf32>
+    }"""
+    with pytest.warns(UserWarning, match="foo.bar"):
+        g = _graph_of_text(text)
+    assert g.dim_maps[0].operands == ((1,), (0, 1))  # right-aligned, as numpy broadcasts
+    assert g.dim_maps[1].operands == ((0,), (0, 1))  # by its broadcast_dimensions
+    assert g.dim_maps[2] is None and g.dim_maps[3] is None
