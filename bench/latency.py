@@ -26,8 +26,8 @@ from planmap import solvers
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
-from planmap.solvers._latency_splits import best_splits
-from planmap.solvers.latency_ip import LatencyIP
+from planmap.solvers.latency.ip import LatencyIP
+from planmap.solvers.latency.splits import best_splits
 from planmap.synthetic_nets import bert, gnmt, inception_v3, net_topology, resnet50
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,8 +211,8 @@ def build_table() -> int:
     """Seconds to build the latency IP for growing BERT operator graphs (8 accelerators, q = 2),
     split into the bound sweeps + presolve, Pyomo rows and the translation into HiGHS: what must not
     dominate a solve of minutes."""
-    from planmap.solvers import _mip
-    from planmap.solvers import latency_ip as lip
+    from planmap.solvers import mip
+    from planmap.solvers.latency import ip as lip
 
     print(f"{'nodes':>6} {'rows':>8} {'cols':>8} {'bounds s':>9} {'pyomo s':>8} {'highs s':>8} {'total s':>8}")
     for layers in (4, 8, 15, 30):
@@ -225,7 +225,7 @@ def build_table() -> int:
         t1 = time.perf_counter()
         m = lip.build_model(p, horizon=horizon, data=dt)
         t2 = time.perf_counter()
-        _mip.HighsSession(m)
+        mip.HighsSession(m)
         t3 = time.perf_counter()
         print(f"{p.num_nodes:>6} {m.nconstraints():>8} {m.nvariables():>8} {t1 - t0:>9.2f} {t2 - t1:>8.2f} "
               f"{t3 - t2:>8.2f} {t3 - t0:>8.2f}", flush=True)

@@ -140,7 +140,7 @@ def print_instances(rows: list[dict], time_limit: float) -> None:
 def _dp_child(conn, case: tuple, time_limit: float) -> None:
     """Build and solve one case in a fresh interpreter, so its peak memory is the DP's own (VmHWM of
     this process image; ``ru_maxrss`` would also count the parent's, kept across exec on Linux)."""
-    from planmap.solvers.throughput_dp import prepare
+    from planmap.solvers.pipeline.dp import prepare
 
     def high_water_mb() -> float:
         with open("/proc/self/status") as f:

@@ -19,13 +19,13 @@ __all__ = ["BUILTIN", "SolverInfo", "available", "get", "names", "auto_candidate
 
 BUILTIN = MappingProxyType({
     "ip": "planmap.solvers.ip:IP",
-    "dp": "planmap.solvers.throughput_dp:ThroughputDP",
-    "greedy": "planmap.solvers.greedy:Greedy",
-    "even": "planmap.solvers.even:EvenSplit",
-    "single": "planmap.solvers.even:SingleDevice",
-    "metis": "planmap.solvers.metis:Metis",
-    "local-search": "planmap.solvers.local_search:LocalSearch",
-    "pipedream": "planmap.solvers.pipedream:PipeDream",
+    "dp": "planmap.solvers.pipeline.dp:ThroughputDP",
+    "greedy": "planmap.solvers.heuristics.greedy:Greedy",
+    "even": "planmap.solvers.heuristics.even:EvenSplit",
+    "single": "planmap.solvers.heuristics.even:SingleDevice",
+    "metis": "planmap.solvers.heuristics.metis:Metis",
+    "local-search": "planmap.solvers.heuristics.local_search:LocalSearch",
+    "pipedream": "planmap.solvers.pipeline.pipedream:PipeDream",
     "dqn": "planmap.solvers.dqn:DQN",
 })
 

@@ -1,7 +1,7 @@
 """``ip``: the exact solvers behind one registry name, chosen by the problem's objective.
 
-Latency goes to :mod:`planmap.solvers.latency_ip` (Tarnawski et al.'s latency IP); throughput to
-:mod:`planmap.solvers.throughput_ip`, imported only when a throughput problem asks for it so that a
+Latency goes to :mod:`planmap.solvers.latency.ip` (Tarnawski et al.'s latency IP); throughput to
+:mod:`planmap.solvers.pipeline.ip`, imported only when a throughput problem asks for it so that a
 missing or broken throughput module never blocks latency solves.
 """
 
@@ -14,8 +14,8 @@ from planmap.problem import Problem, Solution, SolveOptions
 
 __all__ = ["IP"]
 
-_TARGETS = {"latency": ("planmap.solvers.latency_ip", "LatencyIP"),
-            "throughput": ("planmap.solvers.throughput_ip", "ThroughputIP")}
+_TARGETS = {"latency": ("planmap.solvers.latency.ip", "LatencyIP"),
+            "throughput": ("planmap.solvers.pipeline.ip", "ThroughputIP")}
 
 
 class IP:

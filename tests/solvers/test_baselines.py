@@ -18,10 +18,10 @@ from planmap.errors import InfeasibleError
 from planmap.evaluate import evaluate, nonconvex_units, quotient_order
 from planmap.problem import Certificate, Problem, Solution, SolveOptions
 from planmap.solve import solve
-from planmap.solvers._repair import contiguous_repair, repair
-from planmap.solvers._segments import segments_from_devices, split_pieces
-from planmap.solvers._throughput_loads import ThroughputLoads
-from planmap.solvers.greedy import greedy_latency, memory_fill
+from planmap.solvers.heuristics.greedy import greedy_latency, memory_fill
+from planmap.solvers.heuristics.throughput_loads import ThroughputLoads
+from planmap.solvers.repair import contiguous_repair, repair
+from planmap.solvers.segments import segments_from_devices, split_pieces
 from planmap.synthetic import layered_dag, paper_topology, profiled_graph, random_dag
 
 CPU, ACC0, ACC1, ACC2, ACC3 = 0, 1, 2, 3, 4
@@ -263,7 +263,7 @@ def test_same_seed_same_answer(solver, name):
 
 # --------------------------------------------------------------------------------- metis
 def test_metis_keeps_colocation_classes_together():
-    from planmap.solvers.metis import metis_partition
+    from planmap.solvers.heuristics.metis import metis_partition
 
     g = layered_dag(6, 4, seed=3, training=True)
     p = Problem.from_graph(g, paper_topology(4), objective="throughput", mode="training", contiguous=False)

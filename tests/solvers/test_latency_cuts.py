@@ -15,9 +15,9 @@ pytest.importorskip("highspy")
 from planmap.cluster import Topology  # noqa: E402
 from planmap.evaluate import evaluate  # noqa: E402
 from planmap.problem import Problem, Solution, SolveOptions, Status  # noqa: E402
-from planmap.solvers import latency_ip as lip  # noqa: E402
-from planmap.solvers._latency_cuts import memory_buckets  # noqa: E402
-from planmap.solvers._latency_data import prepare  # noqa: E402
+from planmap.solvers.latency import ip as lip  # noqa: E402
+from planmap.solvers.latency.cuts import memory_buckets  # noqa: E402
+from planmap.solvers.latency.data import prepare  # noqa: E402
 from planmap.synthetic import paper_topology, profiled_graph, random_dag  # noqa: E402
 from tests.solvers.latency_cases import CERT, bytes_graph, gpu_cluster, placements, problem  # noqa: E402
 
@@ -289,7 +289,7 @@ def test_a_time_limited_certificate_keeps_the_models_own_bound():
     """HiGHS may stop (time limit, Ctrl-C) before it reports a dual bound, or with one weaker than the
     model's lower bound on T (the time bounds hold for every placement): the certificate then reports
     that bound and the gap to it, and says where it comes from."""
-    from planmap.solvers import _mip
+    from planmap.solvers import mip
 
     g = profiled_graph([(i, i + 1) for i in range(5)], [1.0] * 6, [0.1] * 6, [0.05, 0.5, 0.02, 0.5, 0.5, 0.0],
                        size=100)
@@ -300,7 +300,7 @@ def test_a_time_limited_certificate_keeps_the_models_own_bound():
     static = m.T.lb * m.time_unit
     assert 0 < static <= latency
     for bound in (None, static * 0.5):
-        stopped = _mip.MipResult(backend="highs", version="highs 1.16.0", termination="Time limit reached",
+        stopped = mip.MipResult(backend="highs", version="highs 1.16.0", termination="Time limit reached",
                                  status=Status.TIME_LIMIT, has_solution=True, incumbent=latency, bound=bound, gap=None,
                                  warm_start="accepted", translate_time=0.0, solve_time=0.0)
         fields = lip._certificate_fields(p, latency, stopped, "ip", "greedy", latency, [], m, 0.0, True, 0.0)

@@ -18,7 +18,7 @@ from planmap.errors import InfeasibleError, SolverUnavailableError  # noqa: E402
 from planmap.evaluate import evaluate  # noqa: E402
 from planmap.problem import Problem, Solution, SolveOptions, Status  # noqa: E402
 from planmap.solve import solve as planmap_solve  # noqa: E402
-from planmap.solvers import latency_ip as lip  # noqa: E402
+from planmap.solvers.latency import ip as lip  # noqa: E402
 from planmap.synthetic import paper_topology, random_dag  # noqa: E402
 from tests.solvers.latency_cases import bytes_graph, gpu_cluster, placements, problem  # noqa: E402
 
@@ -156,9 +156,9 @@ def paper_model_optimum(p: Problem) -> float:
             for f in range(len(acc)):
                 m.c.add(sum(m.x[a, 1 + f * q + j] - m.x[b, 1 + f * q + j] for j in range(q)) == 0)
     m.o = pyo.Objective(expr=m.T)
-    from planmap.solvers import _mip
+    from planmap.solvers import mip
 
-    res = _mip.solve_model(m, EXACT)
+    res = mip.solve_model(m, EXACT)
     assert res.status == Status.OPTIMAL
     return res.incumbent
 
@@ -258,9 +258,9 @@ def test_infeasible_problem_is_proven_and_explained():
 
 
 def test_missing_backend_fails_before_any_work():
-    from planmap.solvers import _mip
+    from planmap.solvers import mip
 
-    missing = next((n for n in _mip.BACKENDS if n not in _mip.available_backends()), None)
+    missing = next((n for n in mip.BACKENDS if n not in mip.available_backends()), None)
     if missing is None:
         pytest.skip("every backend is installed here")
     p = problem(random_dag(5, seed=0), paper_topology(2, 1))
@@ -290,7 +290,7 @@ def test_same_inputs_same_plan():
 def test_registry_ip_throughput_without_the_throughput_ip_is_a_clean_error():
     import importlib.util
 
-    if importlib.util.find_spec("planmap.solvers.throughput_ip") is not None:
+    if importlib.util.find_spec("planmap.solvers.pipeline.ip") is not None:
         pytest.skip("the throughput IP is installed; its own tests cover it")
     p = replace(problem(random_dag(5, seed=0), paper_topology(2, 1)), objective="throughput")
     with pytest.raises(SolverUnavailableError, match="throughput IP"):
@@ -298,7 +298,7 @@ def test_registry_ip_throughput_without_the_throughput_ip_is_a_clean_error():
 
 
 def test_packed_splits_are_feasible_contiguous_starts_under_tight_memory():
-    from planmap.solvers._latency_data import packed_splits
+    from planmap.solvers.latency.data import packed_splits
     from planmap.synthetic_nets import bert, net_topology
 
     g = bert(2)
@@ -316,14 +316,14 @@ def test_packed_splits_are_feasible_contiguous_starts_under_tight_memory():
 def test_backend_infeasible_despite_a_feasible_warm_start_is_reported_unproven():
     """HiGHS can reject a model at the horizon's tolerance that the warm start satisfies; the answer
     is then the warm start, and the certificate must not claim infeasibility or a bound."""
-    from planmap.solvers import _mip
+    from planmap.solvers import mip
 
     g = random_dag(8, seed=1)
     p = problem(g, paper_topology(2, 1))
     start = solvers.get("greedy").solve(p, SolveOptions())
     latency = evaluate(p, start).objective
     m = lip.build_model(p, horizon=latency)
-    rejected = _mip.MipResult(backend="highs", version="highs 1.16.0", termination="Infeasible",
+    rejected = mip.MipResult(backend="highs", version="highs 1.16.0", termination="Infeasible",
                               status=Status.INFEASIBLE, has_solution=False, incumbent=None, bound=None, gap=None,
                               warm_start="rejected", translate_time=0.0, solve_time=0.0)
     fields = lip._certificate_fields(p, latency, rejected, "greedy", "greedy", latency, [], m, 0.0, True, 0.0)

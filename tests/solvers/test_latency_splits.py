@@ -12,7 +12,7 @@ import pytest
 
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
-from planmap.solvers._latency_splits import best_splits, split_dp, split_orders
+from planmap.solvers.latency.splits import best_splits, split_dp, split_orders
 from planmap.synthetic import layered_dag, paper_topology, profiled_graph
 from tests.solvers.latency_cases import bytes_graph, gpu_cluster, problem
 
@@ -137,7 +137,7 @@ def test_no_split_when_memory_cannot_hold_the_model():
 
 def test_latency_ip_starts_from_the_best_split():
     pytest.importorskip("highspy")
-    from planmap.solvers import latency_ip as lip
+    from planmap.solvers.latency import ip as lip
     from planmap.synthetic_nets import bert, net_topology
 
     g = bert(3)

@@ -18,8 +18,8 @@ import pytest
 from planmap.errors import PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status
-from planmap.solvers.pipedream import PipeDream
-from planmap.solvers.throughput_dp import ThroughputDP, prepare
+from planmap.solvers.pipeline.dp import ThroughputDP, prepare
+from planmap.solvers.pipeline.pipedream import PipeDream
 from planmap.synthetic import layered_dag, paper_topology, profiled_graph
 from planmap.synthetic_pipelines import Layers, pipeline_graph, tight_memory, workload
 

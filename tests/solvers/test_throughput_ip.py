@@ -10,8 +10,8 @@ from planmap import solvers
 from planmap.errors import InfeasibleError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, SolveOptions, Status
-from planmap.solvers.throughput_dp import ThroughputDP
-from planmap.solvers.throughput_ip import ThroughputIP, build_model, prepare
+from planmap.solvers.pipeline.dp import ThroughputDP
+from planmap.solvers.pipeline.ip import ThroughputIP, build_model, prepare
 from planmap.synthetic import layered_dag, paper_topology, profiled_graph
 
 from .test_throughput_dp import solve_dp, wide_dag

@@ -4,7 +4,7 @@
 model time units (transfer charges per value and pair of devices exactly as
 :func:`planmap.evaluate.evaluate` charges them, min-time longest paths, memory terms, colocation
 pairs, interchangeable devices); :func:`best_baseline` asks the registry's baselines, the packed
-splits and the contiguous split DP (:mod:`._latency_splits`) for the best feasible placement, the
+splits and the contiguous split DP (:mod:`.splits`) for the best feasible placement, the
 MIP's warm start and horizon.
 """
 
@@ -19,8 +19,8 @@ from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
 
-from ._latency_cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, reduce_allowed, time_bounds
-from ._latency_splits import best_splits
+from .cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, reduce_allowed, time_bounds
+from .splits import best_splits
 
 __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "best_baseline", "BASELINES",
            "MEMORY_MARGIN"]
@@ -62,7 +62,7 @@ class LatencyData:
     capacity: np.ndarray  # (D,) bytes
     colocated: tuple[tuple[int, int], ...]  # consecutive members of each colocation class
     classes: tuple[tuple[int, ...], ...]  # interchangeable devices (symmetry breaking)
-    bounds: TimeBounds | None = None  # placement-aware time bounds (see ._latency_cuts)
+    bounds: TimeBounds | None = None  # placement-aware time bounds (see .cuts)
     lat_ub: np.ndarray | None = None  # (n,) upper bound on each node's finish time, model units
 
     @property
@@ -145,7 +145,7 @@ def _colocated_allowed(allowed: np.ndarray, colocation: np.ndarray) -> np.ndarra
 def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = True) -> LatencyData:
     """The model's data; ``horizon`` (seconds) bounds the latency of solutions worth finding.
 
-    With ``bounds`` (the default), placement-aware time bounds (:mod:`._latency_cuts`) tighten the
+    With ``bounds`` (the default), placement-aware time bounds (:mod:`.cuts`) tighten the
     node time windows and rule out devices no placement under the horizon can use, so the model
     never creates their columns; without, the model is the plain formulation (tests compare both).
     """

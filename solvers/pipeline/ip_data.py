@@ -1,8 +1,8 @@
 """The data the throughput IP is built from: units, charges, memory terms, contiguity edges.
 
-Kept apart from :mod:`planmap.solvers.throughput_ip` (the model) so the model reads as a list of
+Kept apart from :mod:`planmap.solvers.pipeline.ip` (the model) so the model reads as a list of
 constraints. Units are colocation classes (a classless node is its own unit); transfer charges
-come from :func:`planmap.solvers._stage_units.device_classes` when each device's charge depends only
+come from :func:`planmap.solvers.pipeline.stage_units.device_classes` when each device's charge depends only
 on itself (one number per value and device); otherwise per (sender, receiver) pair, from the cost
 model, and the model charges a receiver at its sender's rate and a sender at its dearest receiver's.
 """
@@ -16,7 +16,7 @@ import numpy as np
 from planmap.errors import PlanmapError
 from planmap.problem import Problem
 
-from ._stage_units import contiguity_mask, crossing_values, device_classes, unit_memory
+from .stage_units import contiguity_mask, crossing_values, device_classes, unit_memory
 
 __all__ = ["IPData", "prepare", "interchangeable"]
 

@@ -39,7 +39,7 @@ one device must leave the call somewhere — paying a transfer, or a slower devi
 Every option a real placement has is a term of a min, and a real placement's times are sums over
 one path, so each bound holds for every feasible placement (slot order, device contention and
 memory held off the path only add time). Exactly evaluate's charges are used
-(:mod:`._latency_data`); tests/solvers/test_latency_cuts.py checks every bound against every
+(:mod:`.data`); tests/solvers/test_latency_cuts.py checks every bound against every
 feasible placement of small graphs.
 
 The model uses them three ways (:func:`add_bound_rows`, :func:`reduce_allowed`):

@@ -16,8 +16,8 @@ import numpy as np
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, Status
 
-from ._node_memory import add_param_bytes
-from ._repair import repair, supported
+from ..node_memory import add_param_bytes
+from ..repair import repair, supported
 
 __all__ = ["greedy_throughput"]
 

@@ -1,7 +1,7 @@
 """The bookkeeping every local-search descent shares: clock, evaluation budget, incumbent, progress.
 
-Kept apart from the moves so that the throughput and latency descents (:mod:`._local_search_throughput`,
-:mod:`._local_search_latency`) and the driver (:mod:`.local_search`) count evaluations, stop and
+Kept apart from the moves so that the throughput and latency descents (:mod:`.local_search_throughput`,
+:mod:`.local_search_latency`) and the driver (:mod:`.local_search`) count evaluations, stop and
 report in one way: the evaluation budget (``max_evaluations``) is what makes a run reproducible
 when the clock is not the limit.
 """

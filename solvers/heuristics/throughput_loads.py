@@ -12,7 +12,7 @@ import numpy as np
 
 from planmap.problem import Problem
 
-from ._node_memory import node_params, stashed_bytes
+from ..node_memory import node_params, stashed_bytes
 
 __all__ = ["ThroughputLoads"]
 

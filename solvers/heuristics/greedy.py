@@ -1,12 +1,12 @@
 """``greedy``: list scheduling for latency (Baechi's m-ETF on subgraph calls), bottleneck fill for throughput.
 
-Latency: the m-ETF call schedule (:mod:`._greedy_latency`), whose simulation predicts exactly the
+Latency: the m-ETF call schedule (:mod:`.greedy_latency`), whose simulation predicts exactly the
 latency :func:`planmap.evaluate.evaluate` reports; the same device choices re-split into the fewest
 calls per device, and the greedy of Tarnawski et al.'s code (:func:`memory_fill`: accelerators
 filled in topological order up to their memory) compete with it, and the best feasible plan wins.
 
 Throughput: a bottleneck fill of the devices in topological order, the smallest bottleneck found by
-bisection (:mod:`._greedy_throughput`); its stages are topological intervals, so contiguous.
+bisection (:mod:`.greedy_throughput`); its stages are topological intervals, so contiguous.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import numpy as np
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
-from ._greedy_latency import schedule_calls
-from ._greedy_throughput import greedy_throughput
-from ._node_memory import node_memory
-from ._repair import best_effort, repair
-from ._segments import segments_from_devices, solution_from_devices
+from ..node_memory import node_memory
+from ..repair import best_effort, repair
+from ..segments import segments_from_devices, solution_from_devices
+from .greedy_latency import schedule_calls
+from .greedy_throughput import greedy_throughput
 
 __all__ = ["Greedy", "greedy_latency", "greedy_throughput", "memory_fill"]
 

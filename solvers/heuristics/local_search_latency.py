@@ -1,7 +1,7 @@
 """Local search's latency descent: whole calls and CPU regions moved or swapped, then single operators.
 
 The latency of a plan has no cheap exact delta — the schedule is global — so every candidate is
-re-split into calls (:func:`._segments.solution_from_devices`) and evaluated in full. Candidates are
+re-split into calls (:func:`..segments.solution_from_devices`) and evaluated in full. Candidates are
 few and large first (each accelerator call and each connected CPU region to another device, or two
 of them trading devices, repaired when the move leaves more than ``q`` calls on a device); when
 none helps, operators on a device boundary move to a neighbour's device or the CPU, or swap with a
@@ -15,9 +15,9 @@ import numpy as np
 from planmap.evaluate import Evaluation
 from planmap.problem import Problem, Solution
 
-from ._local_search_state import EPS, SearchState
-from ._repair import repair
-from ._segments import adjacency, solution_from_devices
+from ..repair import repair
+from ..segments import adjacency, solution_from_devices
+from .local_search_state import EPS, SearchState
 
 __all__ = ["descend_latency"]
 

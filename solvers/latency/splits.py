@@ -16,7 +16,7 @@ by every piece starting in ``(p, c]`` and sent by every piece starting at or bef
 lies at or after ``j`` — the same for a parameter's bytes (produced "at -1"). So one order costs
 ``O(n (n + V) + n^2 k)`` array work: 0.06 s for 800 nodes and 8 accelerators, 0.5 s for 3,900.
 
-The packed splits of :mod:`._latency_data` fill each accelerator greedily and cut wherever memory
+The packed splits of :mod:`.data` fill each accelerator greedily and cut wherever memory
 runs out; on the BERT-12 operator graph (8 accelerators, 70% memory) the best of them is 23% slower
 than this DP's split (802.22 vs 652.78 ms), and it was the latency IP's warm start; the q = 1 IP
 started from it reached 740.69 ms in 80 s. Charges that depend on where the other end is are taken at

@@ -31,8 +31,8 @@ from scipy.sparse import csr_matrix
 
 from planmap.problem import Problem
 
-from ._ideals import member, pack, unpack
-from ._stage_units import DeviceClasses, crossing_values, unit_memory
+from .ideals import member, pack, unpack
+from .stage_units import DeviceClasses, crossing_values, unit_memory
 
 __all__ = ["StageCosts", "PairCosts"]
 

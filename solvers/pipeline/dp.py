@@ -8,7 +8,7 @@ the ideals of the (coarsened, class-contracted) graph finds it exactly under the
 transfers, memory with the schedule's in-flight microbatches, replicated stages (load / r plus the
 gradient all-reduce) when ``replication`` is allowed, and the max-fw + max-bw variant.
 
-Two restrictions, both stated in :mod:`planmap.solvers._stage_units`: a backward node without a
+Two restrictions, both stated in :mod:`planmap.solvers.pipeline.stage_units`: a backward node without a
 forward class partner (an *orphan*) is ordered by its mirrored edges, as in the paper, where
 evaluate would let it go anywhere; and a device's transfer charges must depend only on the
 device itself (true in the paper's setting), else the DP refuses with a message.
@@ -38,10 +38,10 @@ from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
-from ._ideals import enumerate_ideals
-from ._pipeline_dp import DPTimeout, PipelineDP, to_solution
-from ._stage_costs import StageCosts
-from ._stage_units import DeviceClasses, NonUniformCharges, build_units, device_classes
+from .engine import DPTimeout, PipelineDP, to_solution
+from .ideals import enumerate_ideals
+from .stage_costs import StageCosts
+from .stage_units import DeviceClasses, NonUniformCharges, build_units, device_classes
 
 __all__ = ["ThroughputDP", "PreparedDP", "prepare", "incumbents", "threshold_ladder"]
 
@@ -104,7 +104,7 @@ def incumbents(problem: Problem, options: SolveOptions) -> list[tuple[float, str
     """Feasible plans to bound the search: the warm start and cheap baselines, best first."""
     from dataclasses import replace
 
-    from .even import EvenSplit
+    from ..heuristics.even import EvenSplit
     from .pipedream import PipeDream
 
     found = []

@@ -1,13 +1,13 @@
 """Making a device assignment structurally valid, and the last resort for an infeasible plan.
 
-:mod:`._segments` turns any device assignment into stages, but not every assignment has stages a
+:mod:`.segments` turns any device assignment into stages, but not every assignment has stages a
 plan may use: a latency plan allows at most ``q`` calls per accelerator, and a contiguous pipeline
 one convex stage per device. Heuristics (METIS's parts, greedy fills, local-search perturbations)
 produce such assignments freely; :func:`repair` maps them to the closest valid one, so that every
 baseline hands :func:`planmap.evaluate.evaluate` a plan it can accept, and :func:`fallback` /
 :func:`best_effort` decide what a baseline answers when its own plan is still infeasible.
 
-The repair keeps the assignment's execution order: its pieces (see :func:`._segments.split_pieces`)
+The repair keeps the assignment's execution order: its pieces (see :func:`.segments.split_pieces`)
 are laid out in sequence and consecutive runs of that sequence go to one device each, chosen by a
 dynamic program that keeps as much work as possible where it was.
 """
@@ -23,9 +23,9 @@ from planmap.errors import PlanmapError
 from planmap.evaluate import Evaluation, evaluate, nonconvex_units, quotient_order
 from planmap.problem import Certificate, Problem, Solution, SolveOptions
 
-from ._node_memory import node_memory
-from ._segments import forward_mask, solution_from_devices, split_pieces
-from .even import SingleDevice, follow_colocation
+from .heuristics.even import SingleDevice, follow_colocation
+from .node_memory import node_memory
+from .segments import forward_mask, solution_from_devices, split_pieces
 
 __all__ = ["contiguous_repair", "repair", "supported", "fallback", "best_effort"]
 

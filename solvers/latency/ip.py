@@ -17,7 +17,7 @@ evaluator's optimum:
   training) + the largest working set;
 * pins and unsupported ops (``problem.allowed``), colocation classes.
 
-Strength before brute force (:mod:`._latency_cuts`): two sweeps over the graph bound, for every
+Strength before brute force (:mod:`.cuts`): two sweeps over the graph bound, for every
 node and device, the node's finish and the latency of any placement that runs it there — charging
 the transfers a call pays when a neighbour is elsewhere, and the memory a call can hold along a
 path, so a path heavier than a device must be cut. Those bounds set each node's time window (and
@@ -26,15 +26,15 @@ the model is built, every device on which a node cannot beat the horizon (the be
 latency: the search never leaves the region that beats the warm start) or does not fit alone.
 Identical devices are ordered by their first node, empty subgraphs come last, no value flows from a
 later call of a device back to an earlier one (symmetry breaking), and the MIP starts from the best
-baseline the registry has or the exact DP over contiguous splits finds (:mod:`._latency_splits`;
-loaded by :mod:`._latency_start`). The graph is the problem's graph, which is
+baseline the registry has or the exact DP over contiguous splits finds (:mod:`.splits`;
+loaded by :mod:`.start`). The graph is the problem's graph, which is
 already coarsened; the solution's assignment is per coarse node, which ``graph.members`` maps back
 to every op.
 
 ``build_model`` → ``load_warm_start`` → ``solve`` → ``extract``; :class:`LatencyIP` runs them, then
-improves the incumbent by large-neighbourhood search (:mod:`._latency_search`) when the time limit
-stops the full MIP. The model's data and the warm start's baselines come from :mod:`._latency_data`;
-the certificate's fields from :mod:`._latency_report`.
+improves the incumbent by large-neighbourhood search (:mod:`.search`) when the time limit
+stops the full MIP. The model's data and the warm start's baselines come from :mod:`.data`;
+the certificate's fields from :mod:`.report`.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status
 
-from . import _mip
-from ._latency_cuts import add_bound_rows, add_slot_order_rows
-from ._latency_data import (
+from .. import mip
+from .cuts import add_bound_rows, add_slot_order_rows
+from .data import (
     BASELINES,
     MEMORY_MARGIN,
     LatencyData,
@@ -60,9 +60,9 @@ from ._latency_data import (
     interchangeable_devices,
     prepare,
 )
-from ._latency_report import NAME, VERSION, _certificate_fields, _interrupted
-from ._latency_search import neighbourhood_search, unit_of
-from ._latency_start import canonical, load_warm_start
+from .report import NAME, VERSION, _certificate_fields, _interrupted
+from .search import neighbourhood_search, unit_of
+from .start import canonical, load_warm_start
 
 __all__ = ["LatencyIP", "LatencyData", "prepare", "build_model", "load_warm_start", "canonical", "solve", "extract",
            "best_baseline", "interchangeable_devices", "neighbourhood_search", "BASELINES"]
@@ -403,9 +403,9 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
 
 
 # ------------------------------------------------------------------------------ solve/extract
-def solve(model, options: SolveOptions, *, warm_start: bool = False) -> _mip.MipResult:
+def solve(model, options: SolveOptions, *, warm_start: bool = False) -> mip.MipResult:
     """Run the backend of ``options`` on ``model``; objective values come back in seconds."""
-    return _mip.solve_model(model, options, warm_start=warm_start, scale=model.time_unit)
+    return mip.solve_model(model, options, warm_start=warm_start, scale=model.time_unit)
 
 
 def extract(model, problem: Problem) -> Solution:
@@ -446,7 +446,7 @@ class LatencyIP:
         if problem.objective != "latency":
             raise PlanmapError(f"the latency IP solves objective 'latency', but the problem asks for {problem.objective!r}")
         t0 = time.perf_counter()
-        _mip.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
+        mip.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
         start, start_name, notes = best_baseline(problem, options, options.time_limit)
         start_latency = evaluate(problem, start).objective if start is not None else None
         if start is not None and any(n.startswith("interrupted") for n in notes):
@@ -466,7 +466,7 @@ class LatencyIP:
         left = max(1.0, options.time_limit - (time.perf_counter() - t0))
         session = None
         if (options.backend or "highs").lower() == "highs":
-            session = _mip.HighsSession(model)
+            session = mip.HighsSession(model)
             lns = problem.num_nodes >= LNS_MIN_NODES
             result = session.run(replace(options, time_limit=left * (LNS_SHARE if lns else 1.0)), warm_start=warm,
                                  scale=model.time_unit, t0=t0)
@@ -479,7 +479,7 @@ class LatencyIP:
             notes.append(lns_note)
             if stopped:
                 result = replace(result, status=Status.INTERRUPTED, termination="Interrupted by user")
-        chosen, origin = _mip.choose_answer(problem, ip_sol, start, start_name, start_latency, notes)
+        chosen, origin = mip.choose_answer(problem, ip_sol, start, start_name, start_latency, notes)
         if chosen is None:
             if result.status == Status.INFEASIBLE:
                 raise InfeasibleError(

@@ -16,7 +16,7 @@ import numpy as np
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, Stage
 
-from ._latency_data import MEMORY_MARGIN, LatencyData
+from .data import MEMORY_MARGIN, LatencyData
 
 __all__ = ["canonical", "load_warm_start"]
 

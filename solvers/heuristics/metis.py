@@ -30,9 +30,9 @@ import numpy as np
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
-from ._node_memory import add_param_bytes
-from ._repair import best_effort, repair, supported
-from ._segments import solution_from_devices
+from ..node_memory import add_param_bytes
+from ..repair import best_effort, repair, supported
+from ..segments import solution_from_devices
 
 __all__ = ["Metis", "metis_partition"]
 

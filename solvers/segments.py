@@ -3,7 +3,7 @@
 Every placement solver decides a device per node; the plan needs more: on an accelerator, a latency
 plan runs *calls* — contiguous (convex) subgraphs, at most ``q`` per device, executed one after
 another — and a pipeline needs each stage convex with an acyclic stage graph. This module is the one
-place that turns a device assignment into such stages (:mod:`._repair` makes an assignment that has
+place that turns a device assignment into such stages (:mod:`.repair` makes an assignment that has
 too many of them valid).
 
 The tool is a *position* per node, non-decreasing along every edge: accelerator piece ``k`` sits at
@@ -310,7 +310,7 @@ def segments_from_devices(problem: Problem, device_of: np.ndarray, order=None, *
     """A latency-placement Solution: per accelerator the fewest convex subgraphs (stages) whose quotient
     graph, with each device's stages in list order, is acyclic; per CPU device one stage (its nodes
     run in parallel). Stages are listed in execution order. More than ``problem.max_subgraphs``
-    pieces on a device are returned as they are (evaluate flags them; :func:`._repair.repair` avoids them)."""
+    pieces on a device are returned as they are (evaluate flags them; :func:`.repair.repair` avoids them)."""
     device_of = np.asarray(device_of, np.int32)
     cert = certificate or Certificate(Status.HEURISTIC, "segments")
     pieces = split_pieces(problem, device_of, order, cpu_parallel=True, adjacency_lists=adjacency_lists)

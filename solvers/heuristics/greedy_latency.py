@@ -24,7 +24,7 @@ import numpy as np
 from planmap.errors import InfeasibleError
 from planmap.problem import Certificate, Problem, Solution, Stage
 
-from ._node_memory import node_params, stashed_bytes
+from ..node_memory import node_params, stashed_bytes
 
 __all__ = ["schedule_calls"]
 

@@ -11,12 +11,12 @@ It starts from ``options.warm_start`` or the best of ``even``, ``single``, ``gre
   operators moved to one device) followed by a new descent; the best plan is kept.
 
 This module is the driver (start, restarts, answer). The descents live by objective: throughput in
-:mod:`._local_search_throughput`, scored by :class:`ThroughputLoads`
-(:mod:`._throughput_loads`, an incremental version of the evaluator's load model, O(degree) per
+:mod:`.local_search_throughput`, scored by :class:`ThroughputLoads`
+(:mod:`.throughput_loads`, an incremental version of the evaluator's load model, O(degree) per
 move) with every accepted move confirmed by :func:`planmap.evaluate.evaluate`; latency in
-:mod:`._local_search_latency`, where candidates are re-split into calls and evaluated in full (the
+:mod:`.local_search_latency`, where candidates are re-split into calls and evaluated in full (the
 schedule is global: no cheap exact delta). Clock, budget and incumbent are shared through
-:class:`._local_search_state.SearchState`.
+:class:`.local_search_state.SearchState`.
 
 Deterministic for a given seed unless ``time_limit`` cuts a run short (``passthrough``:
 ``restarts`` (default 4), ``max_evaluations`` to bound the work instead of the clock).
@@ -32,12 +32,12 @@ from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import Evaluation
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
-from ._local_search_latency import descend_latency
-from ._local_search_state import SearchState
-from ._local_search_throughput import descend_throughput
-from ._repair import repair
-from ._segments import solution_from_devices
-from ._throughput_loads import ThroughputLoads  # re-exported: the model the descent scores with
+from ..repair import repair
+from ..segments import solution_from_devices
+from .local_search_latency import descend_latency
+from .local_search_state import SearchState
+from .local_search_throughput import descend_throughput
+from .throughput_loads import ThroughputLoads  # re-exported: the model the descent scores with
 
 __all__ = ["LocalSearch", "ThroughputLoads", "START_SOLVERS"]
 

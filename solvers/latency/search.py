@@ -17,7 +17,7 @@ import numpy as np
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
 
-from ._latency_data import LatencyData
+from .data import LatencyData
 
 __all__ = ["neighbourhood_search", "unit_of"]
 
@@ -46,7 +46,7 @@ def neighbourhood_search(session, model, problem: Problem, incumbent: Solution, 
     """Improve ``incumbent`` until the time limit by re-solving the MIP with most nodes fixed where
     they are (large-neighbourhood search). Sub-MIP bounds are not global bounds: progress reports
     keep the full MIP's ``bound``."""
-    from .latency_ip import extract, load_warm_start
+    from .ip import extract, load_warm_start
 
     dt: LatencyData = model.data
     x_of = [[] for _ in range(dt.n)]

@@ -31,9 +31,9 @@ import numpy as np
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.problem import Problem, Solution, Stage
 
-from ._ideals import unpack
-from ._stage_costs import StageCosts
-from ._stage_units import DeviceClasses, allreduce_times
+from .ideals import unpack
+from .stage_costs import StageCosts
+from .stage_units import DeviceClasses, allreduce_times
 
 __all__ = ["PipelineDP", "DPResult", "DPTimeout", "to_solution"]
 

@@ -46,8 +46,8 @@ from planmap.errors import InfeasibleError, PlanmapError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage, Status, relative_gap
 
-from . import _mip
-from ._throughput_ip_data import IPData, prepare
+from .. import mip
+from .ip_data import IPData, prepare
 
 __all__ = ["ThroughputIP", "IPData", "prepare", "build_model", "load_warm_start", "solve", "extract"]
 
@@ -411,9 +411,9 @@ def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
 
 
 # ------------------------------------------------------------------------------ solve/extract
-def solve(model, options: SolveOptions, *, warm_start: bool = False) -> _mip.MipResult:
+def solve(model, options: SolveOptions, *, warm_start: bool = False) -> mip.MipResult:
     """Run the backend of ``options`` on ``model``; objective values come back in seconds."""
-    return _mip.solve_model(model, options, warm_start=warm_start, scale=model.time_unit)
+    return mip.solve_model(model, options, warm_start=warm_start, scale=model.time_unit)
 
 
 def extract(model, problem: Problem) -> Solution:
@@ -456,7 +456,7 @@ class ThroughputIP:
             raise SolverUnavailableError("the throughput IP does not model replicated stages; use solver 'dp' "
                                          "(contiguous pipelines with replication)")
         t0 = time.perf_counter()
-        _mip.get_backend(options.backend or "highs")
+        mip.get_backend(options.backend or "highs")
         own = {k: options.passthrough[k] for k in _OWN_KEYS if k in options.passthrough}
         backend_options = replace(options, passthrough={k: v for k, v in options.passthrough.items()
                                                         if k not in _OWN_KEYS})
@@ -471,7 +471,7 @@ class ThroughputIP:
             notes.append(f"warm start from {start_name} does not fit the model")
         left = max(1.0, options.time_limit - (time.perf_counter() - t0))
         result = solve(model, replace(backend_options, time_limit=left), warm_start=warm)
-        chosen, origin = _mip.choose_answer(
+        chosen, origin = mip.choose_answer(
             problem, extract(model, problem) if result.has_solution else None, start, start_name, start_obj, notes,
             why="; 1F1B memory was relaxed in non-contiguous mode" if dt.relaxed else "")
         if chosen is None:
@@ -485,8 +485,8 @@ class ThroughputIP:
         gap = relative_gap(objective, bound)
         status = result.status or Status.TIME_LIMIT
         if status in (Status.OPTIMAL, Status.GAP_REACHED):
-            status = Status.OPTIMAL if (gap or 0.0) <= _mip.OPTIMAL_GAP else Status.GAP_REACHED
-        status, bound, gap, notes = _mip.unproven_if_infeasible(status, bound, gap, notes)
+            status = Status.OPTIMAL if (gap or 0.0) <= mip.OPTIMAL_GAP else Status.GAP_REACHED
+        status, bound, gap, notes = mip.unproven_if_infeasible(status, bound, gap, notes)
         parts = [f"{result.backend} {result.termination}: incumbent {_fmt(result.incumbent)}, bound {_fmt(result.bound)}"]
         if start_obj is not None:
             parts.append(f"warm start {start_name} {start_obj:.6g}s ({result.warm_start if warm else 'not used'})")
@@ -503,7 +503,7 @@ class ThroughputIP:
 
     @staticmethod
     def _start(problem: Problem, options: SolveOptions, own: dict) -> tuple[Solution | None, str, list[str]]:
-        from .throughput_dp import ThroughputDP, incumbents
+        from .dp import ThroughputDP, incumbents
 
         notes: list[str] = []
         how = str(own.get("start", "dp"))

@@ -1,6 +1,6 @@
 """Local search's throughput descent: unit moves, unit swaps and device swaps scored incrementally.
 
-Candidates are scored by :class:`._throughput_loads.ThroughputLoads` — (bottleneck, sum of squared
+Candidates are scored by :class:`.throughput_loads.ThroughputLoads` — (bottleneck, sum of squared
 loads), so a move that relieves a device on a plateau of the maximum still counts — and the best one
 is confirmed by :func:`planmap.evaluate.evaluate` before it is taken. Units (colocation classes,
 e.g. a layer's forward and backward) on the most loaded devices go first. Contiguous pipelines only
@@ -15,9 +15,9 @@ import numpy as np
 from planmap.evaluate import Evaluation
 from planmap.problem import Problem, Solution
 
-from ._local_search_state import EPS, SearchState
-from ._segments import forward_mask, solution_from_devices
-from ._throughput_loads import ThroughputLoads
+from ..segments import forward_mask, solution_from_devices
+from .local_search_state import EPS, SearchState
+from .throughput_loads import ThroughputLoads
 
 __all__ = ["descend_throughput"]
 

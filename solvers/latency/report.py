@@ -1,7 +1,7 @@
 """What the latency solver's certificate says: status, objective, bound and gap as the backend
 returned them (kept in the message) and as they stand for the answer (the fields).
 
-Kept apart from :mod:`.latency_ip` so the model's module stays about the model.
+Kept apart from :mod:`.ip` so the model's module stays about the model.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 
 from planmap.problem import Solution, Status, relative_gap
 
-from . import _mip
+from .. import mip
 
 __all__ = ["NAME", "VERSION"]
 
@@ -27,7 +27,7 @@ def _interrupted(start: Solution, latency: float, name: str, notes: list[str], w
                                   options={"warm_start": name}, wall_time=wall)
 
 
-def _certificate_fields(problem, objective, result: _mip.MipResult, origin, start_name, start_latency, notes,
+def _certificate_fields(problem, objective, result: mip.MipResult, origin, start_name, start_latency, notes,
                         model, build_time, warm, wall) -> dict:
     bound = result.bound
     # the model's own lower bound on T (critical path, placement-aware time bounds): valid before any
@@ -43,8 +43,8 @@ def _certificate_fields(problem, objective, result: _mip.MipResult, origin, star
     gap = result.gap if (same and result.gap is not None and not floor) else relative_gap(objective, bound)
     status = result.status or Status.TIME_LIMIT
     if status == Status.OPTIMAL and not same:
-        status = Status.GAP_REACHED if (gap or 0.0) > _mip.OPTIMAL_GAP else Status.OPTIMAL
-    status, bound, gap, notes = _mip.unproven_if_infeasible(status, bound, gap, notes)
+        status = Status.GAP_REACHED if (gap or 0.0) > mip.OPTIMAL_GAP else Status.OPTIMAL
+    status, bound, gap, notes = mip.unproven_if_infeasible(status, bound, gap, notes)
 
     def fmt(v):
         return "none" if v is None else f"{v:.6g}s"

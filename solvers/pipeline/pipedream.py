@@ -10,7 +10,7 @@ graph is first turned into such a chain:
 2. the layers are put in one topological order (linearised).
 
 The stages are then contiguous ranges of that chain, found by the same exact DP as ``dp``
-(:mod:`planmap.solvers._pipeline_dp`) restricted to the chain's prefixes — so the plan is costed
+(:mod:`planmap.solvers.pipeline.engine`) restricted to the chain's prefixes — so the plan is costed
 exactly as :func:`planmap.evaluate.evaluate` costs it, with replication when the problem allows
 it. The gap to ``dp`` is what the layer-chain restriction costs.
 
@@ -30,9 +30,9 @@ from planmap.errors import InfeasibleError, SolverUnavailableError
 from planmap.graph import topological_order
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 
-from ._ideals import pack
-from ._pipeline_dp import to_solution
-from ._stage_units import Units, build_units
+from .engine import to_solution
+from .ideals import pack
+from .stage_units import Units, build_units
 
 __all__ = ["PipeDream", "layer_chain", "chain_ideals"]
 
@@ -146,7 +146,7 @@ class PipeDream:
     objectives = frozenset({"throughput"})
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
-        from .throughput_dp import prepare
+        from .dp import prepare
 
         t0 = time.perf_counter()
         if problem.objective != "throughput":
