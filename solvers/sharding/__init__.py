@@ -1,0 +1,1 @@
+"""The sharding search: an integer program over per-op strategies on logical device meshes."""
