@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planmap.sharding import ShardingTables
+from planmap.sharding import ShardingTables, reshard_matrix
 
 __all__ = ["Reduced", "reduce_tables", "followers"]
 
@@ -158,14 +158,24 @@ def _groups(t: ShardingTables, follow: dict[int, tuple[int, np.ndarray]]):
     return group_of, [np.asarray(m, np.int64) for m in members], [np.stack(c) for c in choice]
 
 
+def _dedup_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows in first-seen order, row of each original row); hashing bytes beats np.unique(axis=0)."""
+    seen: dict[bytes, int] = {}
+    inv = np.fromiter((seen.setdefault(r.tobytes(), len(seen)) for r in np.ascontiguousarray(mat)), np.int64,
+                      count=len(mat))
+    first = np.zeros(len(seen), np.int64)
+    first[inv[::-1]] = np.arange(len(mat) - 1, -1, -1)
+    return mat[first], inv
+
+
 def _compact(mat: np.ndarray, row: np.ndarray, col: np.ndarray):
     """Drop unused rows/columns and merge identical ones (an exact rewrite of the same costs)."""
     used_r, row = np.unique(row, return_inverse=True)
     used_c, col = np.unique(col, return_inverse=True)
     mat = mat[np.ix_(used_r, used_c)]
-    mat, inv_r = np.unique(mat, axis=0, return_inverse=True)
-    mat, inv_c = np.unique(mat, axis=1, return_inverse=True)
-    return np.ascontiguousarray(mat), inv_r.reshape(-1)[row.reshape(-1)], inv_c.reshape(-1)[col.reshape(-1)]
+    mat, inv_r = _dedup_rows(mat)
+    matT, inv_c = _dedup_rows(mat.T)
+    return np.ascontiguousarray(matT.T), inv_r[row.reshape(-1)], inv_c[col.reshape(-1)]
 
 
 def _additive(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -178,9 +188,10 @@ def _additive(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return None
 
 
-def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, tie_layers: bool = False) -> Reduced:
+def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, tie_layers: bool = False,
+                  split_axes: bool = True) -> Reduced:
     """The reduced decision space of ``t`` (see the module doc); ``merge_followers=False`` keeps every unit
-    its own group (only the exact rewrites apply)."""
+    its own group (only the exact rewrites apply); ``split_axes=False`` keeps every edge matrix whole."""
     follow = followers(t) if merge_followers else {}
     group_of, members, choice = _groups(t, follow)
     G = len(members)
@@ -193,6 +204,7 @@ def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, tie_layers
     pos_in = {int(u): (g, j) for g, mem in enumerate(members) for j, u in enumerate(mem.tolist())}
     buckets: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = defaultdict(list)
     internal = 0
+    axis_cache: dict = {}
     for e in range(t.num_edges):
         src, dst, k = int(t.edge_src[e]), int(t.edge_dst[e]), int(t.edge_pos[e])
         gs, js = pos_in[src]
@@ -203,23 +215,22 @@ def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, tie_layers
             cost[gs] = cost[gs] + t.edge_matrix[e][row, col]
             internal += 1
         else:
-            buckets[(gs, gd)].append((t.edge_matrix[e], row, col))
+            buckets[(gs, gd)] += _axis_parts(t, e, row, col, axis_cache) if split_axes else [(t.edge_matrix[e], row, col)]
     es, ed, em, er, ec = [], [], [], [], []
     folded = 0
     for (gs, gd), parts in sorted(buckets.items()):
-        mat, row, col = _merge_parallel(parts)
-        mat, row, col = _compact(mat, row, col)
-        add = _additive(mat)
-        if add is not None:
-            cost[gs] = cost[gs] + add[0][row]
-            cost[gd] = cost[gd] + add[1][col]
-            folded += 1
-            continue
-        es.append(gs)
-        ed.append(gd)
-        em.append(mat)
-        er.append(row)
-        ec.append(col)
+        for mat, row, col in _merge_parallel([_compact(*p) for p in parts]):
+            add = _additive(mat)
+            if add is not None:
+                cost[gs] = cost[gs] + add[0][row]
+                cost[gd] = cost[gd] + add[1][col]
+                folded += 1
+                continue
+            es.append(gs)
+            ed.append(gd)
+            em.append(mat)
+            er.append(row)
+            ec.append(col)
     notes = []
     if follow:
         notes.append(f"followers merged ({len(follow)} ops run in their producer's layout)")
@@ -241,17 +252,62 @@ def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, tie_layers
                    tuple(ro(c) for c in ec), tied, tuple(notes))
 
 
-def _merge_parallel(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
+def _merge_two(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
     """One matrix for several edges between the same two groups: rows (columns) are the distinct
     combinations of the edges' rows (columns); entries the summed costs."""
-    if len(parts) == 1:
-        return parts[0]
     rows = np.stack([r for _, r, _ in parts])  # (edges, K_src)
     cols = np.stack([c for _, _, c in parts])
     urow, row = np.unique(rows, axis=1, return_inverse=True)
     ucol, col = np.unique(cols, axis=1, return_inverse=True)
     mat = sum(m[np.ix_(urow[j], ucol[j])] for j, (m, _, _) in enumerate(parts))
-    return mat, row.reshape(-1), col.reshape(-1)
+    return _compact(mat, row.reshape(-1), col.reshape(-1))
+
+
+def _merge_parallel(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list:
+    """Parallel edges (or axis parts) between two groups, merged pairwise whenever the merged matrix is
+    no larger than the two it replaces (same or nested row and column partitions)."""
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for part in parts:
+        for j, have in enumerate(out):
+            if _pairs(have[1], part[1]) * _pairs(have[2], part[2]) <= have[0].size + part[0].size:
+                out[j] = _merge_two([have, part])
+                break
+        else:
+            out.append(part)
+    return out
+
+
+def _pairs(a: np.ndarray, b: np.ndarray) -> int:
+    """Number of distinct (a, b) pairs of two index maps."""
+    return len(np.unique(a * (int(b.max(initial=0)) + 1) + b))
+
+
+def _axis_parts(t: ShardingTables, e: int, row: np.ndarray, col: np.ndarray, cache: dict) -> list:
+    """Edge ``e`` as one part per mesh axis when its matrix is a sum of per-axis terms that each depend on
+    the producer's dim on that axis only (what :mod:`planmap.sharding.reshard` charges: an all-gather or
+    all-to-all per axis whose bytes depend on the required spec) and that is smaller; else whole.
+    Exact at integer points: with one-hot marginals each part's entries are fixed."""
+    mat = t.edge_matrix[e]
+    A = t.mesh.num_axes
+    if A < 2 or mat.size < 16:
+        return [(mat, row, col)]
+    src, dst, k = int(t.edge_src[e]), int(t.edge_dst[e]), int(t.edge_pos[e])
+    outs, req = t.out_specs[src], t.in_specs[dst][k]
+    parts, total = [], np.zeros(mat.shape)
+    for a in range(A):
+        dims, rmap = np.unique(outs[:, a], return_inverse=True)
+        single = np.full((len(dims), A), -1, np.int64)
+        single[:, a] = dims
+        nbytes = float(t.graph.value_bytes[int(t.edge_value[e])])
+        key = (a, nbytes, dims.tobytes(), req.shape, req.tobytes())
+        h = cache.get(key)
+        if h is None:
+            h = cache.setdefault(key, reshard_matrix(single, req, nbytes, t.mesh))
+        total += h[rmap.reshape(-1)]
+        parts.append((h, rmap.reshape(-1)[row], col))
+    if not np.allclose(total, mat, rtol=1e-9, atol=0.0) or sum(h.size for h, _, _ in parts) * 2 > mat.size:
+        return [(mat, row, col)]
+    return parts
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
