@@ -4,8 +4,9 @@ The IP of :mod:`.model` does not read :class:`~planmap.sharding.ShardingTables` 
 :class:`Reduced` view of it, in which
 
 * **followers are merged** (a *stated* restriction): an op with a DimMap and no reduction slot whose
-  non-scalar operands all come from one producer unit, each mapped bijectively (a permutation) onto
-  the result — elementwise ops, converts, transposes, same-rank reshapes — runs in its producer's
+  non-scalar operands all come from one producer unit, each mapped bijectively onto the result (its
+  dims of size > 1 one-to-one onto the result's) — elementwise ops, converts, transposes, reshapes
+  that only add or drop size-1 dims — runs in its producer's
   layout: its operands arrive as the producer holds them, its result is their image. Its strategy is
   then a function of the producer's, and it joins the producer's *group* (chains merge transitively).
   A follower whose producer has some layout it cannot follow (divisibility) stays free;
@@ -92,8 +93,11 @@ class Reduced:
 
 
 # ---------------------------------------------------------------------------------------- followers
-def _bijective(dims: tuple[int, ...], rank: int) -> bool:
-    return len(dims) == rank and sorted(dims) == list(range(rank))
+def _bijective(dims: tuple[int, ...], op_shape: tuple[int, ...], res_shape: tuple[int, ...]) -> bool:
+    """Operand dims of size > 1 map one-to-one onto the result dims of size > 1 (size-1 dims never split)."""
+    mapped = [d for d, n in zip(dims, op_shape, strict=True) if n > 1]
+    return -1 not in mapped and len(set(mapped)) == len(mapped) and set(mapped) == {
+        d for d, n in enumerate(res_shape) if n > 1}
 
 
 def _follow_map(t: ShardingTables, i: int, src: int, ks: list[int]) -> np.ndarray | None:
@@ -121,10 +125,11 @@ def followers(t: ShardingTables) -> dict[int, tuple[int, np.ndarray]]:
         vals = t.unit_values(i)
         if dm is None or not vals or not dm.operands or any(j >= 0 for slot in dm.reduced for j in slot):
             continue
-        rank = len(t.shapes[vals[0]])
+        res = t.shapes[vals[0]]
         ks = [k for k, v in enumerate(t.operands[i]) if len(t.shapes[v]) > 0]
         srcs = {int(t.value_unit[t.operands[i][k]]) for k in ks}
-        if rank == 0 or len(srcs) != 1 or not all(_bijective(dm.operands[k], rank) for k in ks):
+        if len(res) == 0 or len(srcs) != 1 or not all(
+                _bijective(dm.operands[k], t.shapes[t.operands[i][k]], res) for k in ks):
             continue
         src = srcs.pop()
         fmap = _follow_map(t, i, src, ks)
