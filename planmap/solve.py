@@ -79,12 +79,9 @@ def _run(name: str, problem: Problem, options: SolveOptions) -> Solution:
 def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None = None) -> SolveResult:
     """Solve ``problem``; with ``solver="auto"`` try :func:`planmap.solvers.auto_candidates` in order.
 
-    ``auto`` stops the chain at the first answer with a proof (optimal, or within the gap); a heuristic
-    answer (e.g. the DP exact within one host only) warm-starts the next candidate. Then the
-    alternatives of :func:`planmap.solvers.auto_alternatives` (SPMD sharding for throughput: another
-    space, which a pipeline proof does not cover) run too, and the best answer under the evaluator
-    wins (ties keep the earlier answer). The time limit is for the whole chain; an alternative always
-    runs (its fast baselines at least) with whatever time is left.
+    ``auto`` stops at the first answer with a proof (optimal, or within the gap); a heuristic answer
+    (e.g. the DP exact within one host only) warm-starts the next candidate, and the best answer
+    under the evaluator wins. The time limit is for the whole chain.
     """
     from planmap import solvers
 
@@ -92,19 +89,14 @@ def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None =
     memory_precheck(problem)
     t0 = time.perf_counter()
     names = solvers.auto_candidates(problem) if solver == "auto" else [solver]
-    alternatives = solvers.auto_alternatives(problem) if solver == "auto" else []
     tried: list[tuple[str, str]] = []
     best: tuple[float, str, Solution] | None = None
-    chain_done = False
-    for name in names + alternatives:
-        alternative = name in alternatives and name not in names
-        if chain_done and not alternative:
-            continue
+    for name in names:
         left = options.time_limit - (time.perf_counter() - t0)
-        if best is not None and left <= 0 and not alternative:
-            continue
-        warm = options.warm_start if alternative else best[2] if best is not None else options.warm_start
-        opts = replace(options, time_limit=max(left, 1e-3), warm_start=warm)
+        if best is not None and left <= 0:
+            break
+        opts = replace(options, time_limit=max(left, 1e-3),
+                       warm_start=best[2] if best is not None else options.warm_start)
         try:
             sol = _run(name, problem, opts)
         except SolverUnavailableError as e:
@@ -122,7 +114,7 @@ def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None =
         ev = evaluate(problem, sol)
         proven = sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED)
         if ev.feasible and (best is None or ev.objective < best[0] * (1 - CLAIM_TOLERANCE)
-                            or (proven and not alternative and ev.objective <= best[0] * (1 + CLAIM_TOLERANCE))):
+                            or (proven and ev.objective <= best[0] * (1 + CLAIM_TOLERANCE))):
             if best is not None:
                 tried.append((best[1], f"{best[2].certificate.status} answer {best[0]:.6g}s superseded"))
             best = (ev.objective, name, sol)
@@ -131,7 +123,7 @@ def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None =
         else:
             tried.append((name, "answer violates constraints: " + "; ".join(ev.violations)))
         if proven and ev.feasible:
-            chain_done = True
+            break
     if best is None:
         raise SolverUnavailableError("no solver could handle this problem: "
                                      + "; ".join(f"{n}: {w}" for n, w in tried))

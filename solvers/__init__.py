@@ -24,7 +24,7 @@ from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.problem import Problem, Solver
 from planmap.vocabulary import ObjectiveKind
 
-__all__ = ["BUILTIN", "SolverInfo", "available", "get", "names", "auto_candidates", "auto_alternatives"]
+__all__ = ["BUILTIN", "SolverInfo", "available", "get", "names", "auto_candidates"]
 
 BUILTIN = MappingProxyType({
     "ip": "planmap.solvers.ip:IP",
@@ -35,7 +35,6 @@ BUILTIN = MappingProxyType({
     "metis": "planmap.solvers.heuristics.metis:Metis",
     "local-search": "planmap.solvers.heuristics.local_search:LocalSearch",
     "pipedream": "planmap.solvers.pipeline.pipedream:PipeDream",
-    "dqn": "planmap.solvers.dqn:DQN",
     "sharding": "planmap.solvers.sharding.solver:Sharding",
     "data-parallel": "planmap.solvers.sharding.baselines:DataParallel",
     "fsdp": "planmap.solvers.sharding.baselines:FSDP",
@@ -43,7 +42,7 @@ BUILTIN = MappingProxyType({
 })
 
 # What each module needs beyond the core, for the "how to install" hint.
-_EXTRAS = {"ip": "ip", "metis": "ip", "dqn": "dqn"}
+_EXTRAS = {"ip": "ip", "metis": "ip", "sharding": "ip"}
 
 
 @dataclass(frozen=True)
@@ -96,13 +95,6 @@ def available() -> list[SolverInfo]:
         except PlanmapError as e:
             out.append(SolverInfo(name, target, frozenset(), False, str(e)))
     return out
-
-
-def auto_alternatives(problem: Problem) -> list[str]:
-    """Solvers ``auto`` also runs after the chain of :func:`auto_candidates`, whatever the chain proved:
-    they search another space (SPMD sharding vs pipelines), so a proof in one space says nothing about
-    the other; the best answer under the evaluator wins."""
-    return ["sharding"] if problem.objective == "throughput" else []
 
 
 def auto_candidates(problem: Problem) -> list[str]:

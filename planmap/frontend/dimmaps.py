@@ -18,7 +18,9 @@ Rules (``-1``: the dim is not carried to the result):
   trivial window; slices, pads, dynamic slices/updates: only dims taken whole;
 * ``gather`` / ``scatter`` (add): by their dimension numbers; an indexed, collapsed operand dim of a
   gather and each update scatter dim of a scatter-add are reduced slots (masked gather + all-reduce);
-* ``iota`` / ``constant``: a map with no operands; ops with bodies, collectives, custom calls, rng,
+* ``func.call`` of a pointwise function (only elementwise ops, constants, scalar broadcasts and such
+  calls: ``jax.nn.relu``/``gelu`` export that way): like an elementwise op;
+* ``iota`` / ``constant``: a map with no operands; other ops with bodies, collectives, custom calls, rng,
   tuples and unknown kinds: None (a unit that runs replicated).
 
 Every mapped pair is then checked: it survives only when the operand dim and the result dim have the
@@ -63,6 +65,17 @@ _ELEMENTWISE = (ELEMENTWISE - {_SH + "rng"}) | {_SH + "map"}
 _WHOLE = frozenset(_SH + k for k in ("slice", "dynamic_slice", "dynamic_update_slice"))
 _CONTRACTIONS = frozenset(_SH + k for k in ("dot_general", "dot", "convolution", "dynamic_conv"))
 _NO_OPERANDS = DimMap(operands=())
+_CALL = "func.call"
+_POINTWISE_BODY = _ELEMENTWISE | {_SH + "constant", "func.return", _SH + "return"}
+
+
+def _callee(op: Any) -> str | None:
+    attr = op.attributes.get("callee")
+    if attr is None:
+        return None
+    from jaxlib.mlir import ir
+
+    return ir.FlatSymbolRefAttr(attr).value
 
 
 class DimMapper:
@@ -72,14 +85,20 @@ class DimMapper:
     value ids, its result types, the TypeInfo of every value so far, and a contraction's DimRoles.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, funcs: dict[str, Any] | None = None) -> None:
         self._memo: dict[Any, Any] = {}
+        self._funcs = funcs or {}
+        self._pointwise: dict[str, bool] = {}
 
     def op(self, kind: str, op: Any, ids: Sequence[int], outs: list[TypeInfo], value_types: list[TypeInfo],
            roles: DimRoles | None) -> DimMap | None:
         """The map of one op; attributes are read only when its types leave the map open."""
         if len(outs) != 1 and (not outs or any(o.type.rank != outs[0].type.rank for o in outs)):
             return None
+        if kind == _CALL:
+            if not self._is_pointwise(_callee(op)):
+                return None
+            kind = _SH + "add"  # a call of a pointwise function maps its operands like an elementwise op
         n = len(ids)  # spelled out for one and two operands: this runs once per op of the module
         if n == 1:  # roles (a contraction's) by identity: the cost model memoises them per attribute and types
             key = (kind, id(outs[0]), id(roles), id(value_types[ids[0]]))
@@ -94,6 +113,32 @@ class DimMapper:
         if dm is _BY_ATTRIBUTES:
             return self._by_attributes(kind, op, ids, outs[0], value_types, key)
         return dm
+
+    def _is_pointwise(self, name: str | None) -> bool:
+        """Whether function ``name`` is pointwise: only elementwise ops, constants, scalar broadcasts
+        and calls of pointwise functions (``jax.nn.relu``, ``gelu`` export as such private calls)."""
+        if name is None or name not in self._funcs:
+            return False
+        known = self._pointwise.get(name)
+        if known is not None:
+            return known
+        self._pointwise[name] = False  # a recursive call is not pointwise
+        ok = True
+        for block in self._funcs[name].regions[0].blocks:
+            for inner in block.operations:
+                k = inner.operation.name
+                if k == _CALL:
+                    ok = self._is_pointwise(_callee(inner))
+                elif k == _SH + "broadcast_in_dim":
+                    ok = all(len(v.type.shape) == 0 for v in inner.operands)
+                else:
+                    ok = k in _POINTWISE_BODY
+                if not ok:
+                    break
+            if not ok:
+                break
+        self._pointwise[name] = ok
+        return ok
 
     def _by_attributes(self, kind: str, op: Any, ids: Sequence[int], out: TypeInfo, value_types: list[TypeInfo],
                        key: tuple) -> DimMap | None:

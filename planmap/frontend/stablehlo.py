@@ -384,7 +384,7 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
     w.arg_types = [types(a.type) for a in args]
     vid: dict[Any, int] = {a: i for i, a in enumerate(args)}
     vinfo: list[TypeInfo] = list(w.arg_types)  # TypeInfo per value id
-    operands, dim_maps, dim_map = w.operands, w.dim_maps, DimMapper().op
+    operands, dim_maps, dim_map = w.operands, w.dim_maps, DimMapper(coster.funcs).op
     kinds, names, category, first = w.kinds, w.names, w.category, w.first
     edge_v, n_operands, n_results = w.edge_v, w.n_operands, w.n_results
     category_of = _CATEGORY.get

@@ -16,8 +16,10 @@ from dataclasses import replace
 
 from planmap.errors import SolverUnavailableError
 from planmap.evaluate import evaluate
-from planmap.problem import Problem, Solution, SolveOptions, Status
-from planmap.solvers.sharding.baselines import BASELINES, meshes_or_raise
+from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.sharding.solution import layout_of as solution_layout
+from planmap.sharding.solution import spmd_solution
+from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_raise
 
 __all__ = ["Sharding"]
 
@@ -54,9 +56,8 @@ class Sharding:
             found.append(((not ev.feasible, ev.objective), len(found), sol))
         ip, why_not = _ip_module()
         if ip is not None:
-            warm = min(found, key=lambda f: f[:2])[2] if found else None
             left = max(options.time_limit - (time.perf_counter() - t0), 1e-3)
-            sol = ip.solve_all(problem, replace(options, time_limit=left, warm_start=warm))
+            sol = _ip_answer(ip, problem, replace(options, time_limit=left), [f[2] for f in sorted(found)])
             if sol is not None:
                 ev = evaluate(problem, sol)
                 proven = sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED)
@@ -69,3 +70,34 @@ class Sharding:
         if why_not:
             note = (note + "; " if note else "") + f"baselines only ({why_not})"
         return best.with_certificate(wall_time=time.perf_counter() - t0, message=note)
+
+
+def _ip_answer(ip, problem: Problem, options: SolveOptions, starts: list[Solution]) -> Solution | None:
+    """The sharding IP over every logical mesh, warm-started per mesh from the best baseline on it, as a
+    Solution whose certificate covers every mesh (a skipped mesh's lower bound already loses)."""
+    warm: dict[tuple, dict] = {}
+    for sol in starts:  # best first: the first layout per mesh wins
+        tables, layout = solution_layout(problem, sol)
+        warm.setdefault(tables.mesh.key, layout)
+    found = ip.solve_all(problem, options, warm_starts=warm)
+    best = found.best
+    if best is None or best.specs is None:
+        return None
+    mb = best.tables.microbatches
+    statuses = {a.status for a in found.meshes}
+    if statuses <= {Status.OPTIMAL}:
+        status = Status.OPTIMAL
+    elif statuses <= {Status.OPTIMAL, Status.GAP_REACHED}:
+        status = Status.GAP_REACHED
+    else:
+        status = Status.TIME_LIMIT
+    bounds = [a.bound if a.bound is not None else 0.0 for a in found.meshes] + [lb for _, lb in found.skipped]
+    bound = min(bounds) / mb if bounds else None
+    solved = ", ".join(f"{a.mesh.shape} {a.status or 'no answer'}" for a in found.meshes)
+    skipped = ", ".join(f"{shape} (bound {lb * 1e3:.4g} ms)" for shape, lb in found.skipped)
+    message = (f"{best.certificate_text()}; meshes solved: {solved}"
+               + (f"; skipped by bound: {skipped}" if skipped else ""))
+    cert = Certificate(status=status, solver="sharding", objective=best.objective / mb, bound=bound,
+                       version=VERSION, backend=options.backend, message=message,
+                       options={"time_limit": options.time_limit, "rel_gap": options.rel_gap})
+    return spmd_solution(problem, best.tables, best.specs, cert)

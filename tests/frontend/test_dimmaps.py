@@ -343,3 +343,20 @@ def test_chlo_broadcasts_custom_calls_and_unknown_ops():
     assert g.dim_maps[0].operands == ((1,), (0, 1))  # right-aligned, as numpy broadcasts
     assert g.dim_maps[1].operands == ((0,), (0, 1))  # by its broadcast_dimensions
     assert g.dim_maps[2] is None and g.dim_maps[3] is None
+
+
+def test_calls_of_pointwise_functions_map_like_elementwise_ops():
+    def calls(g):
+        return [i for i, k in enumerate(g.kind) if k == "func.call"]
+
+    g = graph_of(lambda x: jax.nn.relu(x) * 2.0, S((8, 16), F32))  # relu exports as a private call
+    (c,) = calls(g)
+    assert g.dim_maps[c] == DimMap(operands=((0, 1),))
+    # a call whose body moves dims (a transpose) or reduces stays a unit
+    g = graph_of(lambda x: jax.jit(lambda y: y.T * 2.0)(x), S((8, 16), F32))
+    assert [g.dim_maps[i] for i in calls(g)] == [None]
+    g = graph_of(lambda x: jax.jit(lambda y: y * y.sum())(x), S((8, 16), F32))
+    assert [g.dim_maps[i] for i in calls(g)] == [None]
+    # nested pointwise calls are pointwise
+    g = graph_of(lambda x: jax.jit(lambda y: jax.nn.relu(y) + 1.0)(x), S((8, 16), F32))
+    assert [g.dim_maps[i] for i in calls(g)] == [DimMap(operands=((0, 1),))]
