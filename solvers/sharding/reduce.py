@@ -220,7 +220,8 @@ def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, tie_layers
             cost[gs] = cost[gs] + t.edge_matrix[e][row, col]
             internal += 1
         else:
-            buckets[(gs, gd)] += _axis_parts(t, e, row, col, axis_cache) if split_axes else [(t.edge_matrix[e], row, col)]
+            buckets[(gs, gd)] += (_axis_parts(t, e, row, col, axis_cache) if split_axes
+                                  else [(t.edge_matrix[e], row, col)])
     es, ed, em, er, ec = [], [], [], [], []
     folded = 0
     for (gs, gd), parts in sorted(buckets.items()):
