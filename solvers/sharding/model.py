@@ -133,7 +133,7 @@ def build_model(red: Reduced, *, data: ModelData | None = None, name: str = "sha
     m.producer_layout = pyo.Constraint(m.OR, rule=_marginal(True),
                                        doc="an edge's entries of row p sum to the producer's strategies with row p")
     m.consumer_layout = pyo.Constraint(m.IC, rule=_marginal(False),
-                                       doc="an edge's entries of column q sum to the consumer's strategies
+                                       doc="an edge's entries of column q sum to the consumer's strategies "
                                            "with column q")
 
     def _ws(m, g):
