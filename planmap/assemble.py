@@ -19,7 +19,7 @@ from planmap.graph import OpGraph
 from planmap.problem import Problem
 from planmap.vocabulary import Mode, ObjectiveKind, Schedule, ThroughputVariant
 
-__all__ = ["build_problem"]
+__all__ = ["build_problem", "kernel_counts", "kernel_roles"]
 
 # Kernels a node launches (each pays the device type's opOverhead): XLA fuses elementwise ops and data
 # movement into the contraction / reduction / loop they feed, so a fused node costs one launch per
@@ -31,15 +31,22 @@ _KERNEL_FREE = frozenset({
 })
 
 
-def _kernels(graph: OpGraph, original: OpGraph) -> np.ndarray:
-    """Kernel launches per node: its anchor ops (contractions, reductions, control flow, calls), or one
-    loop-fusion kernel for a node of only elementwise/data-movement ops, or none for free ops."""
+def kernel_roles(original: OpGraph) -> tuple[np.ndarray, np.ndarray]:
+    """(anchor, work) int arrays over the ops of ``original``: an anchor (contraction, reduction, control
+    flow, call) launches its own kernel; a work op without an anchor in its fusion makes one loop kernel."""
     from planmap.frontend.costs import BODY_OPS, SPECIAL
 
     kinds = np.asarray(original.kind, dtype=object)
     anchor = np.array([k in SPECIAL or k in BODY_OPS or k.startswith("stablehlo.custom_call") for k in kinds],
                       np.int64)
     work = np.array([k not in _KERNEL_FREE for k in kinds], np.int64)
+    return anchor, work
+
+
+def kernel_counts(graph: OpGraph, original: OpGraph) -> np.ndarray:
+    """Kernel launches per node: its anchor ops (contractions, reductions, control flow, calls), or one
+    loop-fusion kernel for a node of only elementwise/data-movement ops, or none for free ops."""
+    anchor, work = kernel_roles(original)
     if graph.num_nodes == 0:
         return np.zeros(0)
     starts = graph.members_indptr[:-1]
@@ -117,7 +124,7 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
     coarse = _coarsen(frontend, original, str(body.constraints.coarsening), topo)
     mode = str(model.mode)
     cost = CostModel.build(coarse, topo, mode=mode, optimizer=str(model.optimizer),
-                           kernels=_kernels(coarse, original))
+                           kernels=kernel_counts(coarse, original))
     allowed = cost.supported.copy()
     _pins(spec, coarse, original, topo, allowed)
     bad = np.flatnonzero(~allowed.any(axis=1))

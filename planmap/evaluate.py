@@ -10,6 +10,8 @@ inputs, computes its nodes, and sends its outputs; all its nodes finish when it 
 runs each node as soon as its inputs exist, independent paths in parallel. Latency is the last
 finish time.
 
+SPMD (a solution with ``shardings``: one stage over a mesh): see :mod:`planmap.evaluate_spmd`.
+
 Throughput (pipelined): the load of a device group (the devices of a stage; several = replicated)
 is its nodes' compute plus, once per value, what it receives and sends; divided by the number of
 replicas, plus the gradient all-reduce among them in training. The objective is the largest load
@@ -21,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +53,7 @@ class Evaluation:
     bytes_moved: int
     step_time: float  # latency: = objective; pipelines: (microbatches + stages - 1) x bottleneck
     stage_order: tuple[int, ...]  # pipelines: stage ids in pipeline order
+    spmd: Any = None  # SPMD plans: the planmap.sharding.SpmdEvaluation (collectives, compute vs comm)
 
     @property
     def bottleneck_device(self) -> int:
@@ -178,6 +182,10 @@ def evaluate(problem: Problem, solution: Solution) -> Evaluation:
     if len(solution.assignment) != problem.graph.num_nodes:
         raise ValueError(f"evaluate requires an assignment of {problem.graph.num_nodes} nodes, "
                          f"but got {len(solution.assignment)}")
+    if solution.shardings is not None:
+        from planmap.evaluate_spmd import evaluate_spmd_solution
+
+        return evaluate_spmd_solution(problem, solution)
     if problem.objective is ObjectiveKind.LATENCY:
         return _latency(problem, solution)
     return _throughput(problem, solution)

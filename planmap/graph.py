@@ -19,6 +19,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -29,7 +30,7 @@ from numpy.typing import ArrayLike
 
 from planmap.errors import InputError
 
-__all__ = ["TensorType", "DimRoles", "Arg", "OpGraph", "GraphError", "topological_order"]
+__all__ = ["TensorType", "DimRoles", "DimMap", "Arg", "OpGraph", "GraphError", "topological_order"]
 
 
 class GraphError(ValueError):
@@ -106,6 +107,26 @@ class DimRoles:
 
 
 @dataclass(frozen=True)
+class DimMap:
+    """How an op's result dims relate to its operands' dims — what sharding propagation needs.
+
+    ``operands[k][j]``: the result dim that dim ``j`` of operand ``k`` becomes (-1: none — the dim is
+    contracted/reduced, sliced, concatenated along, broadcast from size 1, or otherwise not carried to
+    the result with the same size or as the major part of a reshaped dim).
+    ``reduced``: reduction slots; each slot is a tuple with one entry per operand (an operand dim, or -1
+    when that operand takes no part), e.g. a dot_general contracting pair ``(lhs_k, rhs_k)``, a reduce
+    dimension ``(d, -1)`` (-1 for the init value), the vocabulary dim of an embedding gather ``(v, -1)``,
+    a scatter-add's update scatter dim ``(-1, idx_dim, upd_dim)``. Sharding a slot's dims over a mesh
+    axis leaves partial sums in the result (an all-reduce or reduce-scatter completes them).
+    Every result of the op has the same rank and takes the same map (multi-result ops whose results
+    differ in rank get no DimMap).
+    """
+
+    operands: tuple[tuple[int, ...], ...]
+    reduced: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
 class Arg:
     """An entry-function argument. ``role`` is "data" (split over the batch) or "param" (model state)."""
 
@@ -134,7 +155,10 @@ class OpGraph:
     ``dims`` (DimRoles or None), ``colocation`` (class id, -1 = none: nodes of one class must share
     a device), ``backward`` (True for backward-pass nodes), ``layer`` (repeated-layer id, -1 = none),
     ``measured`` ({device type or kind: seconds per node, NaN = not supported there}; profiled
-    graphs only).
+    graphs only). Only the original graph of a StableHLO artifact has ``operands`` (each node's
+    operand value ids in operand order, duplicates kept; values a body captures are not operands)
+    and ``dim_maps`` (:class:`DimMap` per node, None = a unit that runs replicated); coarsened and
+    profiled graphs leave both None.
 
     Value columns (length ``m``): ``value_node`` (producer node, -1 for an argument),
     ``value_index`` (result number, or argument index), ``value_bytes``, ``value_time`` (measured
@@ -174,6 +198,8 @@ class OpGraph:
     members: np.ndarray
     n_original: int
     meta: dict[str, Any]
+    operands: tuple[tuple[int, ...], ...] | None
+    dim_maps: tuple[DimMap | None, ...] | None
 
     def __init__(self, name: str, kind: Sequence[str], op_name: Sequence[str], flops: ArrayLike,
                  bytes_accessed: ArrayLike, out_bytes: ArrayLike, state_bytes: ArrayLike, dtype: Sequence[str],
@@ -184,7 +210,9 @@ class OpGraph:
                  backward: ArrayLike | None = None, layer: ArrayLike | None = None,
                  measured: Mapping[str, ArrayLike] | None = None, value_time: ArrayLike | None = None,
                  members_indptr: ArrayLike | None = None, members: ArrayLike | None = None,
-                 n_original: int | None = None, meta: dict[str, Any] | None = None) -> None:
+                 n_original: int | None = None, meta: dict[str, Any] | None = None,
+                 operands: Iterable[Iterable[int]] | None = None,
+                 dim_maps: Iterable[DimMap | None] | None = None) -> None:
         """Columns are accepted as any array-like and stored normalised: read-only arrays of fixed
         dtypes, tuples, and the defaults of the optional columns filled in (written out rather than
         generated, so the attributes have their stored types and the arguments their accepted ones)."""
@@ -219,6 +247,8 @@ class OpGraph:
         s(self, "outputs", None if outputs is None else tuple(tuple(o) for o in outputs))
         s(self, "dims", None if dims is None else tuple(dims))
         s(self, "meta", {} if meta is None else meta)
+        s(self, "operands", None if operands is None else tuple(map(tuple, operands)))
+        s(self, "dim_maps", None if dim_maps is None else tuple(dim_maps))
         self._validate()
 
     # ------------------------------------------------------------------------------ validation
@@ -230,7 +260,7 @@ class OpGraph:
         for col in ("flops", "bytes_accessed", "out_bytes", "state_bytes", "colocation", "backward", "layer"):
             if getattr(self, col).shape != (n,):
                 raise GraphError(f"OpGraph.{col} requires shape ({n},), but got {getattr(self, col).shape}")
-        for col in ("outputs", "dims"):
+        for col in ("outputs", "dims", "operands", "dim_maps"):
             v = getattr(self, col)
             if v is not None and len(v) != n:
                 raise GraphError(f"OpGraph.{col} requires {n} entries, but got {len(v)}")
@@ -253,10 +283,24 @@ class OpGraph:
             bad = int(np.argmax((src >= 0) & (src >= self.edge_dst)))
             raise GraphError(f"OpGraph requires topological node order, but edge {bad} goes from node "
                              f"{int(src[bad])} to node {int(self.edge_dst[bad])}")
+        if self.operands is not None:
+            self._validate_operands(m)
         if len(self.members_indptr) != n + 1:
             raise GraphError(f"OpGraph.members_indptr requires {n + 1} entries")
         if np.any(self.flops < 0) or np.any(self.bytes_accessed < 0):
             raise GraphError("OpGraph costs must be non-negative")
+
+    def _validate_operands(self, m: int) -> None:
+        ids = np.fromiter(itertools.chain.from_iterable(self.operands), np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= m):
+            raise GraphError("OpGraph.operands requires value ids in [0, num_values)")
+        if self.dim_maps is not None:
+            bad = [i for i, (ops, dm) in enumerate(zip(self.operands, self.dim_maps, strict=True))
+                   if dm is not None and len(dm.operands) != len(ops)]
+            if bad:
+                i = bad[0]
+                raise GraphError(f"OpGraph.dim_maps[{i}] maps {len(self.dim_maps[i].operands)} operands, but node "
+                                 f"{i} has {len(self.operands[i])}")
 
     # ---------------------------------------------------------------------------- properties
     @property

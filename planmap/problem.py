@@ -21,6 +21,7 @@ import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
@@ -273,6 +274,14 @@ class Problem:
     @property
     def capacity(self) -> np.ndarray:
         return self.topology.memory * (1.0 - self.memory_headroom)
+
+    @cached_property
+    def sharding_tables(self) -> Any:
+        """The sharding tables of :attr:`original` per logical mesh (``.get(mesh)``), built once per
+        problem and mesh (:class:`planmap.sharding.solution.TablesCache`)."""
+        from planmap.sharding.solution import TablesCache
+
+        return TablesCache(self)
 
     @property
     def num_nodes(self) -> int:

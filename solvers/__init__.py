@@ -35,11 +35,14 @@ BUILTIN = MappingProxyType({
     "metis": "planmap.solvers.heuristics.metis:Metis",
     "local-search": "planmap.solvers.heuristics.local_search:LocalSearch",
     "pipedream": "planmap.solvers.pipeline.pipedream:PipeDream",
-    "dqn": "planmap.solvers.dqn:DQN",
+    "sharding": "planmap.solvers.sharding.solver:Sharding",
+    "data-parallel": "planmap.solvers.sharding.baselines:DataParallel",
+    "fsdp": "planmap.solvers.sharding.baselines:FSDP",
+    "megatron": "planmap.solvers.sharding.baselines:Megatron",
 })
 
 # What each module needs beyond the core, for the "how to install" hint.
-_EXTRAS = {"ip": "ip", "metis": "ip", "dqn": "dqn"}
+_EXTRAS = {"ip": "ip", "metis": "ip", "sharding": "ip"}
 
 
 @dataclass(frozen=True)

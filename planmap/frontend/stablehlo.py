@@ -36,12 +36,13 @@ import numpy as np
 from planmap.errors import InputError
 from planmap.frontend import costs as C
 from planmap.frontend.arguments import assign_roles
+from planmap.frontend.dimmaps import DimMapper
 from planmap.frontend.loops import static_trip_count
 from planmap.frontend.mlir import ParsedModule
 from planmap.frontend.namestack import label_ops
 from planmap.frontend.shardings import collect_shardings
 from planmap.frontend.tensors import TypeInfo, TypeTable
-from planmap.graph import Arg, DimRoles, OpGraph, TensorType
+from planmap.graph import Arg, DimMap, DimRoles, OpGraph, TensorType
 
 __all__ = ["build_graph", "location_name", "entry_ops", "entry_return", "top_level_ops"]
 
@@ -336,7 +337,7 @@ def build_graph(parsed: ParsedModule, *, name: str, entry: str = "main", argumen
         out_bytes=out_bytes, state_bytes=state, dtype=dtypes, value_node=value_node,
         value_index=value_index, value_bytes=value_bytes, edge_value=ev, edge_dst=ed, args=graph_args,
         results=walk.results, outputs=outputs, dims=dims, backward=labels.backward, layer=labels.layer,
-        meta=meta)
+        meta=meta, operands=walk.operands, dim_maps=walk.dim_maps)
 
 
 _ELEMENTWISE, _DATA, _FREE, _CONSTANT, _SPECIAL = 0, 1, 2, 3, 4
@@ -367,6 +368,8 @@ class _Walk:
         self.results: list[int] = []
         self.arg_types: list[TypeInfo] = []
         self.constraint_ops: list[tuple[int, Any]] = []
+        self.operands: list[tuple[int, ...]] = []
+        self.dim_maps: list[DimMap | None] = []
 
 
 def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
@@ -381,14 +384,16 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
     w.arg_types = [types(a.type) for a in args]
     vid: dict[Any, int] = {a: i for i, a in enumerate(args)}
     vinfo: list[TypeInfo] = list(w.arg_types)  # TypeInfo per value id
+    operands, dim_maps, dim_map = w.operands, w.dim_maps, DimMapper(coster.funcs).op
     kinds, names, category, first = w.kinds, w.names, w.category, w.first
     edge_v, n_operands, n_results = w.edge_v, w.n_operands, w.n_results
     category_of = _CATEGORY.get
     tcache: dict[Any, TypeInfo] = {}
     nv = len(args)
     for n, (op, kind) in enumerate(entry_ops(block)):
-        ids = [vid[v] for v in op.operands]
+        ids = tuple(map(vid.__getitem__, op.operands))
         edge_v += ids
+        operands.append(ids)
         n_operands.append(len(ids))
         outs = []
         for r in op.results:
@@ -427,6 +432,7 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
             w.special[n] = cost
         elif cat == _FREE and kind == "sdy.sharding_constraint":
             w.constraint_ops.append((n, op))
+        dim_maps.append(dim_map(kind, op, ids, outs, vinfo, cost.dims if cat == _SPECIAL else None))
     ret = entry_return(block)
     w.results = [] if ret is None else [vid[v] for v in ret.operands]
     return w

@@ -143,7 +143,10 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
     sh = solution.shardings
     if sh is not None:
         mesh_axes = list(sh.mesh_axes)
-        mesh_devices = list(topo.names[: int(np.prod([s for _, s in sh.mesh_axes]))])
+        # an SPMD plan's mesh is its one stage's devices in row-major mesh order
+        mesh_devs = solution.stages[0].devices if solution.num_stages == 1 else range(
+            int(np.prod([s for _, s in sh.mesh_axes])))
+        mesh_devices = [topo.names[d] for d in mesh_devs]
         shardings = shardings_doc(sh.args, sh.values, arg_names={a.index: a.name for a in problem.original.args},
                                   op_names=problem.original.op_name)
     else:
@@ -203,7 +206,10 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
         raise InputError(f"the plan splits fused node {i} ({g.op_name[i]!r}) across stages; "
                          "re-solve, or set constraints.coarsening: none")
     shardings = None
-    if doc.shardings.args or doc.shardings.values:
+    spmd_stage = (len(doc.stages) == 1 and doc.stages[0].mesh is not None
+                  and doc.stages[0].mesh.axis_names == doc.mesh.axis_names
+                  and doc.stages[0].devices == doc.mesh.devices)
+    if doc.shardings.args or doc.shardings.values or spmd_stage:
         shardings = Shardings(
             mesh_axes=tuple(zip(doc.mesh.axis_names, doc.mesh.axis_sizes, strict=True)),
             args={e.arg: tuple(tuple(x) if isinstance(x, list) else x for x in e.spec)

@@ -1,0 +1,227 @@
+"""SPMD baselines that need no search: data parallel, FSDP (ZeRO-3) and Megatron tensor parallel.
+
+Each fixes a few argument specs (and nothing else) and lets the default propagation of
+:mod:`planmap.sharding.spmd` lay out every op; the result is judged by :func:`planmap.evaluate.evaluate`.
+
+* ``data-parallel``: a 1-D mesh over all accelerators; data arguments split on their batch dim (dim 0),
+  parameters replicated.
+* ``fsdp``: data parallel, and each parameter split along the data axis on its largest divisible dim
+  (gathered where it is used; its gradient and optimizer state stay split).
+* ``megatron``: a (data, tensor) mesh with the tensor axis inside a host — every intra-host size that
+  divides is tried and the best under the evaluator kept. Data arguments split over ``data``; the
+  parameters of matmuls alternate column / row splits over ``tensor`` by the standard rule: for each
+  ``dot_general`` (in op order) whose rhs is a parameter (through converts / transposes / reshapes),
+  if its lhs is not already split over ``tensor`` on the contracting dim, split the rhs's free dim
+  (column parallel), else its contracting dim (row parallel). Attention heads follow by propagation.
+
+A cluster whose devices cannot form a mesh (mixed device types, hosts of different sizes) raises
+:class:`~planmap.errors.SolverUnavailableError` ("not applicable"), which ``auto`` skips.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from planmap.errors import SolverUnavailableError
+from planmap.evaluate import Evaluation, evaluate
+from planmap.graph import OpGraph
+from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.sharding import LogicalMesh, ShardingTables, Spec, logical_meshes, propagate, replicated
+from planmap.sharding.solution import spmd_solution
+
+__all__ = ["DataParallel", "FSDP", "Megatron", "data_parallel", "fsdp", "megatron", "meshes_or_raise",
+           "BASELINES"]
+
+VERSION = "1"
+_PASS_THROUGH = frozenset({"stablehlo.convert", "stablehlo.transpose", "stablehlo.reshape", "stablehlo.copy",
+                           "stablehlo.bitcast_convert"})
+
+
+def meshes_or_raise(problem: Problem, what: str) -> list[LogicalMesh]:
+    """The logical meshes of the cluster's accelerators, or "not applicable" when they form none."""
+    meshes = logical_meshes(problem.topology)
+    if not meshes or meshes[0].num_devices < 2:
+        raise SolverUnavailableError(
+            f"{what} is not applicable to {problem.name}: the cluster's devices do not form a mesh "
+            "(an SPMD mesh needs 2 or more devices of one type, the same number on every host)")
+    return meshes
+
+
+def _split(spec_dims: int, dim: int, axes: tuple[int, ...]) -> Spec:
+    return tuple(axes if d == dim else () for d in range(spec_dims))
+
+
+def _data_specs(tables: ShardingTables, axis: int) -> dict[int, Spec]:
+    """Data arguments split on dim 0 over ``axis`` where it divides."""
+    size = tables.mesh.axis_sizes[axis]
+    return {a.value: _split(a.type.rank, 0, (axis,)) for a in tables.graph.args
+            if a.role == "data" and a.type.rank and a.type.shape[0] % size == 0}
+
+
+def _replicated_closure(tables: ShardingTables, overrides: dict[int, Spec]) -> dict[int, Spec]:
+    """``overrides`` plus a replicated spec for every op result computed only from replicated
+    parameters and constants (bias broadcasts, weight converts, iotas): such values are parameters in
+    all but name, and the default propagation would otherwise split them to save nanoseconds of
+    compute and pay a reshard where they meet the batch-split activations."""
+    g = tables.graph
+    const = np.zeros(g.num_values, bool)
+    for a in g.args:
+        const[a.value] = a.role != "data" and a.value not in overrides
+    out = dict(overrides)
+    for i in range(tables.num_ops):
+        vals = tables.unit_values(i)
+        if vals and all(const[v] for v in tables.operands[i]):
+            const[list(vals)] = True
+            for v in vals:
+                out.setdefault(v, replicated(len(tables.shapes[v])))
+    return out
+
+
+def _finish(problem: Problem, tables: ShardingTables, overrides: dict[int, Spec], name: str,
+            t0: float) -> tuple[Solution, Evaluation]:
+    sol = spmd_solution(problem, tables, propagate(tables, _replicated_closure(tables, overrides)),
+                        Certificate(Status.HEURISTIC, name, version=VERSION))
+    ev = evaluate(problem, sol)
+    return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0), ev
+
+
+def data_parallel(problem: Problem) -> tuple[Solution, Evaluation]:
+    """Pure data parallelism on the 1-D mesh over every accelerator."""
+    t0 = time.perf_counter()
+    mesh = meshes_or_raise(problem, "data-parallel")[0]
+    tables = problem.sharding_tables.get(mesh)
+    data = _data_specs(tables, 0)
+    if not data:
+        raise SolverUnavailableError(f"data-parallel is not applicable to {problem.name}: no data argument's "
+                                     f"batch dim divides over {mesh.num_devices} devices")
+    return _finish(problem, tables, data, "data-parallel", t0)
+
+
+def fsdp(problem: Problem) -> tuple[Solution, Evaluation]:
+    """Data parallel with every parameter split along the data axis on its largest divisible dim."""
+    t0 = time.perf_counter()
+    mesh = meshes_or_raise(problem, "fsdp")[0]
+    tables = problem.sharding_tables.get(mesh)
+    over = _data_specs(tables, 0)
+    if not over:
+        raise SolverUnavailableError(f"fsdp is not applicable to {problem.name}: no data argument's batch dim "
+                                     f"divides over {mesh.num_devices} devices")
+    p = mesh.axis_sizes[0]
+    for a in tables.graph.args:
+        if a.role != "param":
+            continue
+        dims = [d for d, n in enumerate(a.type.shape) if n % p == 0]
+        if dims:
+            best = max(dims, key=lambda d: (a.type.shape[d], -d))
+            over[a.value] = _split(a.type.rank, best, (0,))
+    return _finish(problem, tables, over, "fsdp", t0)
+
+
+# -------------------------------------------------------------------------------------- Megatron
+def _param_dims(graph: OpGraph, operands, v: int, dims: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
+    """Follow value ``v`` back through pass-through ops to a parameter argument: (argument value id, the
+    argument dim of each of ``dims``, -1 where a dim does not come from one argument dim), or None."""
+    roles = {a.value: a.role for a in graph.args}
+    while True:
+        node = int(graph.value_node[v])
+        if node < 0:
+            return (v, dims) if roles.get(v) == "param" else None
+        m = graph.dim_maps[node] if graph.dim_maps is not None else None
+        if graph.kind[node] not in _PASS_THROUGH or m is None or len(operands[node]) != 1:
+            return None
+        inverse = {d: j for j, d in enumerate(m.operands[0]) if d >= 0}
+        dims = tuple(inverse.get(d, -1) if d >= 0 else -1 for d in dims)
+        v = operands[node][0]
+
+
+def _dot_roles(m) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(lhs contracting dims, rhs contracting dims, rhs free dims) of a dot_general's DimMap."""
+    lhs_c = tuple(e[0] for e in m.reduced if e[0] >= 0)
+    rhs_c = tuple(e[1] for e in m.reduced if e[1] >= 0)
+    lhs_out = {d for d in m.operands[0] if d >= 0}
+    rhs_free = tuple(j for j, d in enumerate(m.operands[1]) if d >= 0 and d not in lhs_out)
+    return lhs_c, rhs_c, rhs_free
+
+
+def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) -> dict[int, Spec]:
+    """Argument specs of the Megatron layout on ``tables.mesh`` (axis ``tensor``; data over ``data``)."""
+    g = tables.graph
+    over = _data_specs(tables, data) if data is not None else {}
+    size = tables.mesh.axis_sizes[tensor]
+    shapes = {a.value: a.type.shape for a in g.args}
+    decided: set[int] = set()
+    for i in range(g.num_nodes):
+        m = g.dim_maps[i] if g.dim_maps is not None else None
+        if g.kind[i] != "stablehlo.dot_general" or m is None or len(tables.operands[i]) != 2 or not m.reduced:
+            continue
+        lhs, rhs = tables.operands[i]
+        lhs_c, rhs_c, rhs_free = _dot_roles(m)
+        traced = _param_dims(g, tables.operands, rhs, rhs_c + rhs_free)
+        if traced is None or traced[0] in decided:
+            continue
+        p, pdims = traced
+        decided.add(p)
+        specs = propagate(tables, over)
+        lhs_split = any(tensor in specs[lhs][d] for d in lhs_c)
+        cands = pdims[: len(rhs_c)] if lhs_split else pdims[len(rhs_c):]
+        dim = next((d for d in cands if d >= 0 and shapes[p][d] % size == 0), None)
+        if dim is not None:
+            over[p] = _split(len(shapes[p]), dim, (tensor,))
+    return over
+
+
+def megatron(problem: Problem) -> tuple[Solution, Evaluation]:
+    """The best Megatron layout over the meshes with a tensor axis inside a host (see the module doc)."""
+    t0 = time.perf_counter()
+    meshes = meshes_or_raise(problem, "megatron")
+    candidates = [m for m in meshes if m.scope[-1] == "intra" and m.num_axes <= 2]
+    best: tuple[tuple, Solution, Evaluation] | None = None
+    for mesh in candidates:
+        tables = problem.sharding_tables.get(mesh)
+        tensor = mesh.num_axes - 1
+        data = 0 if mesh.num_axes == 2 else None
+        sol, ev = _finish(problem, tables, megatron_overrides(tables, tensor, data), "megatron", t0)
+        key = (not ev.feasible, ev.objective)
+        if best is None or key < best[0]:
+            best = (key, sol, ev)
+    if best is None:
+        raise SolverUnavailableError(f"megatron is not applicable to {problem.name}: no mesh keeps a tensor "
+                                     "axis inside a host")
+    return best[1], best[2]
+
+
+class _Baseline:
+    name: str
+    objectives = frozenset({"throughput"})
+    build: Callable[[Problem], tuple[Solution, Evaluation]]
+
+    def solve(self, problem: Problem, options: SolveOptions) -> Solution:
+        return type(self).build(problem)[0]
+
+
+class DataParallel(_Baseline):
+    """Data parallel over every accelerator (registry name ``data-parallel``)."""
+
+    name = "data-parallel"
+    build = staticmethod(data_parallel)
+
+
+class FSDP(_Baseline):
+    """Fully sharded data parallel (registry name ``fsdp``)."""
+
+    name = "fsdp"
+    build = staticmethod(fsdp)
+
+
+class Megatron(_Baseline):
+    """Megatron tensor parallel with data parallel outside a host (registry name ``megatron``)."""
+
+    name = "megatron"
+    build = staticmethod(megatron)
+
+
+BASELINES: tuple[tuple[str, Callable[[Problem], tuple[Solution, Evaluation]]], ...] = (
+    ("data-parallel", data_parallel), ("fsdp", fsdp), ("megatron", megatron))

@@ -1,0 +1,103 @@
+"""The ``sharding`` solver: the SPMD baselines, then the sharding IP over every logical mesh; the best
+answer under :func:`planmap.evaluate.evaluate` wins.
+
+The baselines (data parallel, FSDP, Megatron) give a feasible answer fast and warm-start the IP
+(:func:`planmap.solvers.sharding.ip.solve_all`, one IP per mesh of
+:func:`planmap.sharding.logical_meshes`). The certificate is the IP's ("optimal over <meshes> ×
+per-op strategies") when the IP answer wins or ties, else heuristic with the baseline's name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import time
+from dataclasses import replace
+
+from planmap.errors import SolverUnavailableError
+from planmap.evaluate import evaluate
+from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.sharding.solution import layout_of as solution_layout
+from planmap.sharding.solution import spmd_solution
+from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_raise
+
+__all__ = ["Sharding"]
+
+IP_MODULE = "planmap.solvers.sharding.ip"
+
+
+def _ip_module() -> tuple[object | None, str]:
+    """(the sharding IP module, "") or (None, why) where this installation cannot run it."""
+    if importlib.util.find_spec(IP_MODULE) is None:
+        return None, "the sharding IP is not part of this installation"
+    try:
+        return importlib.import_module(IP_MODULE), ""
+    except ModuleNotFoundError as e:
+        return None, f"the sharding IP needs the package {e.name!r}: pip install 'planmap[ip]'"
+
+
+class Sharding:
+    """SPMD sharding over a logical mesh of the cluster (throughput: time per microbatch)."""
+
+    name = "sharding"
+    objectives = frozenset({"throughput"})
+
+    def solve(self, problem: Problem, options: SolveOptions) -> Solution:
+        t0 = time.perf_counter()
+        meshes_or_raise(problem, "sharding")
+        found: list[tuple[tuple, int, Solution]] = []
+        skipped: list[str] = []
+        for name, build in BASELINES:
+            try:
+                sol, ev = build(problem)
+            except SolverUnavailableError as e:
+                skipped.append(f"{name}: {e}")
+                continue
+            found.append(((not ev.feasible, ev.objective), len(found), sol))
+        ip, why_not = _ip_module()
+        if ip is not None:
+            left = max(options.time_limit - (time.perf_counter() - t0), 1e-3)
+            sol = _ip_answer(ip, problem, replace(options, time_limit=left), [f[2] for f in sorted(found)])
+            if sol is not None:
+                ev = evaluate(problem, sol)
+                proven = sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED)
+                # the IP's proof covers the baselines, so on a tie its answer (and certificate) wins
+                found.append(((not ev.feasible, ev.objective * (1 - 1e-9 if proven else 1)), -1, sol))
+        if not found:
+            raise SolverUnavailableError(f"sharding found no SPMD layout for {problem.name}: " + "; ".join(skipped))
+        best = min(found, key=lambda f: f[:2])[2]
+        note = best.certificate.message
+        if why_not:
+            note = (note + "; " if note else "") + f"baselines only ({why_not})"
+        return best.with_certificate(wall_time=time.perf_counter() - t0, message=note)
+
+
+def _ip_answer(ip, problem: Problem, options: SolveOptions, starts: list[Solution]) -> Solution | None:
+    """The sharding IP over every logical mesh, warm-started per mesh from the best baseline on it, as a
+    Solution whose certificate covers every mesh (a skipped mesh's lower bound already loses)."""
+    warm: dict[tuple, dict] = {}
+    for sol in starts:  # best first: the first layout per mesh wins
+        tables, layout = solution_layout(problem, sol)
+        warm.setdefault(tables.mesh.key, layout)
+    found = ip.solve_all(problem, options, warm_starts=warm)
+    best = found.best
+    if best is None or best.specs is None:
+        return None
+    mb = best.tables.microbatches
+    statuses = {a.status for a in found.meshes}
+    if statuses <= {Status.OPTIMAL}:
+        status = Status.OPTIMAL
+    elif statuses <= {Status.OPTIMAL, Status.GAP_REACHED}:
+        status = Status.GAP_REACHED
+    else:
+        status = Status.TIME_LIMIT
+    bounds = [a.bound if a.bound is not None else 0.0 for a in found.meshes] + [lb for _, lb in found.skipped]
+    bound = min(bounds) / mb if bounds else None
+    solved = ", ".join(f"{a.mesh.shape} {a.status or 'no answer'}" for a in found.meshes)
+    skipped = ", ".join(f"{shape} (bound {lb * 1e3:.4g} ms)" for shape, lb in found.skipped)
+    message = (f"{best.certificate_text()}; meshes solved: {solved}"
+               + (f"; skipped by bound: {skipped}" if skipped else ""))
+    cert = Certificate(status=status, solver="sharding", objective=best.objective / mb, bound=bound,
+                       version=VERSION, backend=options.backend, message=message,
+                       options={"time_limit": options.time_limit, "rel_gap": options.rel_gap})
+    return spmd_solution(problem, best.tables, best.specs, cert)
