@@ -3,19 +3,20 @@
 ``save`` writes through a temporary file and a rename, so an interrupted solve never leaves half a
 plan. ``load`` refuses a plan whose recorded input hashes no longer match the files ("plan is
 stale"), naming the input and the command that regenerates the plan. ``check`` re-derives a plan's
-predictions from its decisions and its inputs (and optionally re-solves) — what CI runs.
+predictions from its decisions and its inputs (and optionally re-solves) — what CI runs; see
+:mod:`planmap.plan.integrity`.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from planmap.errors import InputError, StalePlanError
 from planmap.io import sha256_file, write_atomic
-from planmap.plan.build import make_plan, ns, to_solution
+from planmap.plan.build import make_plan, to_solution
 from planmap.plan.document import FORMAT_VERSION, PlanDocument, parse, render
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "load",
     "stale_inputs",
     "check",
+    "verify",
     "default_plan_path",
 ]
 
@@ -127,81 +129,5 @@ def load(path: str | Path, *, verify_inputs: bool = True) -> LoadedPlan:
     return plan
 
 
-@dataclass
-class CheckReport:
-    """What `planmap check` found; ``ok`` when nothing is wrong."""
-
-    path: Path
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
-    """Check a plan: inputs unchanged, decisions feasible, predictions re-derivable from the decisions
-    (a hand edit shows up here), and with ``resolve`` that solving the spec again gives the same bytes."""
-    from planmap.assemble import build_problem
-    from planmap.evaluate import evaluate
-    from planmap.spec import load_spec
-
-    path = Path(path)
-    report = CheckReport(path)
-    plan = load(path, verify_inputs=False)
-    changed = stale_inputs(plan)
-    if changed:
-        for role, p, _, current in changed:
-            report.problems.append(f"stale: {role} input {p} {'is missing' if current is None else 'changed'}; "
-                                   f"regenerate with: {plan.regenerate_command()}")
-        return report
-    spec_path = plan.spec_path
-    if spec_path is None:
-        report.problems.append("the plan records no spec input, so it cannot be checked")
-        return report
-    spec = load_spec(spec_path)
-    problem = build_problem(spec)
-    try:
-        solution = to_solution(problem, plan.document)
-    except InputError as e:
-        report.problems.append(f"decisions do not fit the model: {e}")
-        return report
-    ev = evaluate(problem, solution)
-    for v in ev.violations:
-        report.problems.append(f"infeasible: {v}")
-    doc = plan.document
-    rebuilt = make_plan(problem, solution, ev, spec=spec, plan_path=path, name=doc.name)
-    if rebuilt.predicted != doc.predicted:
-        report.problems.append(
-            "not reproducible: the recorded predictions do not follow from the plan's decisions "
-            f"(objective recorded {doc.predicted.objective_ns} ns, re-derived {rebuilt.predicted.objective_ns} ns)"
-            if rebuilt.predicted.objective_ns != doc.predicted.objective_ns else
-            "not reproducible: the recorded per-device predictions differ from the re-derived ones")
-    if doc.solver.objective_ns is not None and doc.solver.objective_ns != ns(ev.objective):
-        report.problems.append(f"not reproducible: the certificate's objective {doc.solver.objective_ns} ns differs "
-                               f"from the plan's evaluated objective {ns(ev.objective)} ns")
-    if resolve and report.ok:
-        from planmap.solve import solve
-
-        opts = _options_from_plan(spec, doc)
-        result = solve(problem, doc.solver.name, opts)
-        fresh = make_plan(problem, result.solution, result.evaluation, spec=spec, plan_path=path, name=doc.name)
-        if render(fresh, []) != render(doc, []):
-            report.problems.append("not reproducible: solving the spec again gives a different plan "
-                                   f"(regenerate with: {plan.regenerate_command()})")
-        else:
-            report.notes.append("re-solved: identical plan")
-    return report
-
-
-def _options_from_plan(spec, doc: PlanDocument):
-    from planmap.problem import SolveOptions
-
-    s = spec.spec.solver
-    o = doc.solver.options
-    return SolveOptions(time_limit=float(o.get("time_limit", s.time_limit / 1e9)),
-                        rel_gap=float(o.get("rel_gap", s.rel_gap)), threads=int(o.get("threads", s.threads)),
-                        seed=int(o.get("seed", s.seed)), backend=str(o.get("backend", s.backend)),
-                        passthrough=dict(s.options))
-
+# after load/stale_inputs: the integrity module imports them from here lazily
+from planmap.plan.integrity import CheckReport, check, verify  # noqa: E402
