@@ -129,3 +129,16 @@ def test_the_runtime_refuses_what_check_rejects(plan_dir, edit, capsys):
         rt.load(path)
     assert main(["run", str(path), "--steps", "1"]) == 1
     assert "refusing a plan that fails `planmap check`" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_resolve_uses_the_specs_solver(root, tmp_path):
+    """cnn-train-mixed is solved by `auto` (the recorded solver is `ip`, warm-started by auto's chain):
+    re-solving with the recorded solver gave another plan; with the spec's it reproduces the bytes."""
+    shutil.copytree(root / "specs", tmp_path / "specs")
+    (tmp_path / "plans").mkdir()
+    path = tmp_path / "plans" / "cnn-train-mixed.plan.yaml"
+    shutil.copy(root / "plans" / path.name, path)
+    report = plan_mod.check(path, resolve=True)
+    assert report.ok, report.problems
+    assert "re-solved with auto: identical plan" in report.notes
