@@ -156,7 +156,7 @@ def _translate(err: dict, root: type[BaseModel], pos: Positions, file: str, pref
     elif typ == "unit":
         code, msg = "unit", f"{where}: {ctx.get('message')}"
         got, expected = None, ctx.get("expected")
-    elif typ in ("duplicate-name", "reference", "file-not-found", "value", "missing-field"):
+    elif typ in ("duplicate-name", "reference", "file-not-found", "value", "missing-field", "option"):
         code, msg = typ, f"{where}: " + err["msg"]
         got, expected = ctx.get("got"), ctx.get("expected")
         if typ == "missing-field":
