@@ -22,6 +22,7 @@ from pathlib import Path
 
 from planmap.errors import InputError, PlanmapError
 from planmap.plan.document import PlanDocument, body_digest, render
+from planmap.plan.files import load, stale_inputs
 
 __all__ = ["CheckReport", "IntegrityError", "check", "verify", "certificate_problems", "decision_problems"]
 
@@ -127,7 +128,6 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     """Check a plan against its spec and artifact (see the module docstring); ``resolve`` also re-solves."""
     from planmap.assemble import build_problem
     from planmap.evaluate import evaluate
-    from planmap.plan import load, stale_inputs
     from planmap.plan.build import make_plan, to_solution
     from planmap.spec import load_spec
 
@@ -200,8 +200,6 @@ def _resolve(report: CheckReport, plan, spec, problem, doc: PlanDocument) -> Non
 
 def verify(path: str | Path) -> None:
     """Raise StalePlanError (a changed input) or :class:`IntegrityError` unless :func:`check` accepts the plan."""
-    from planmap.plan import load
-
     load(path, verify_inputs=True)
     report = check(path)
     if report.ok:
