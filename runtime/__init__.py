@@ -12,10 +12,11 @@ On one machine, fake CPU devices stand in for accelerators: set
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` before JAX is imported.
 """
 
-from planmap.runtime.api import PytreeExecutable, apply, load
+from planmap.runtime.api import UNCHECKED_WARNING, PytreeExecutable, apply, load
 from planmap.runtime.executable import Executable
 from planmap.runtime.optim import Optimizer, adam, sgd
 from planmap.runtime.train import Trainer
 from planmap.runtime.transfer import place
 
-__all__ = ["load", "apply", "Executable", "PytreeExecutable", "place", "Trainer", "Optimizer", "sgd", "adam"]
+__all__ = ["load", "apply", "UNCHECKED_WARNING", "Executable", "PytreeExecutable", "place", "Trainer", "Optimizer",
+           "sgd", "adam"]

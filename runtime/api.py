@@ -1,8 +1,10 @@
 """Entry points: ``load`` a plan file and compile it, or ``apply`` a plan to a JAX function.
 
-``load`` goes through :func:`planmap.plan.load`, which refuses a stale plan (an input whose hash
-changed), then reads the artifact the plan records as its ``model`` input — the runtime never runs
-a plan on anything but the exact bytes it was made for.
+``load`` and ``apply`` go through :func:`planmap.plan.verify`, the same integrity check as
+``planmap check``: a stale input, an edited decision or prediction, a model input that is not the
+spec's model — any plan ``check`` rejects is refused. Only ``unchecked=True`` (for experiments with
+hand-written plans, which name no spec to check against) skips it; it still refuses a stale plan and
+warns loudly. The runtime then reads the artifact the plan records as its ``model`` input.
 
 ``apply`` is the JAX convenience: it exports the function, checks that the export *is* the planned
 artifact (the canonical module text — no locations, no module name — must be identical; see
@@ -13,6 +15,7 @@ the function's pytrees.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,22 +23,34 @@ from typing import Any
 from planmap.errors import InputError, PlanmapError
 from planmap.plan import LoadedPlan
 from planmap.plan import load as load_plan
+from planmap.plan import verify as verify_plan
 from planmap.runtime.artifact import Artifact, canonical_text
 from planmap.runtime.executable import Executable
 
 __all__ = ["load", "apply", "PytreeExecutable"]
 
 
-def _loaded(plan: str | Path | LoadedPlan) -> LoadedPlan:
-    return plan if isinstance(plan, LoadedPlan) else load_plan(plan)
+UNCHECKED_WARNING = ("WARNING: running an UNCHECKED plan: its decisions, predictions and model input are not "
+                     "verified against a spec (`planmap check` would be skipped)")
 
 
-def load(plan: str | Path | LoadedPlan, devices: Sequence | None = None, *, recompute: bool = True) -> Executable:
+def _loaded(plan: str | Path | LoadedPlan, unchecked: bool) -> LoadedPlan:
+    path = plan.path if isinstance(plan, LoadedPlan) else Path(plan)
+    if unchecked:
+        warnings.warn(f"{path}: {UNCHECKED_WARNING}", stacklevel=3)
+        return load_plan(path)
+    verify_plan(path)
+    return load_plan(path)
+
+
+def load(plan: str | Path | LoadedPlan, devices: Sequence | None = None, *, recompute: bool = True,
+         unchecked: bool = False) -> Executable:
     """Compile the plan at ``plan`` for its artifact; plan devices map to ``devices`` or ``jax.devices()``.
 
-    Raises StalePlanError ("plan is stale ...") when the artifact (or another input) changed.
+    Raises StalePlanError ("plan is stale ...") when the artifact (or another input) changed, and
+    IntegrityError when ``planmap check`` rejects the plan (``unchecked=True``: stale check only).
     """
-    lp = _loaded(plan)
+    lp = _loaded(plan, unchecked)
     return Executable(lp.document, Artifact.from_file(lp.model_path), devices=devices, recompute=recompute)
 
 
@@ -83,14 +98,14 @@ def check_same_artifact(planned: Artifact, text: str, what: str = "the function"
 
 
 def apply(plan: str | Path | LoadedPlan, fn: Any, *example_args: Any, devices: Sequence | None = None,
-          **jit_kwargs: Any) -> PytreeExecutable:
+          unchecked: bool = False, **jit_kwargs: Any) -> PytreeExecutable:
     """Export ``fn`` at ``example_args`` (arrays or ShapeDtypeStructs; or pass a ``jax.export.Exported``
     as ``fn``), check it is the plan's artifact, and compile the plan for it."""
     from jax import export as jexport
 
     from planmap.export import exported
 
-    lp = _loaded(plan)
+    lp = _loaded(plan, unchecked)
     planned = Artifact.from_file(lp.model_path)
     if isinstance(fn, jexport.Exported):
         exp = fn

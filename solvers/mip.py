@@ -59,6 +59,7 @@ __all__ = [
     "MipResult",
     "ProgressPoint",
     "available_backends",
+    "check_passthrough",
     "choose_answer",
     "get_backend",
     "solve_model",
@@ -293,11 +294,23 @@ def solve_model(model, options: SolveOptions, *, warm_start: bool = False, scale
     solution. Objective values in the result (and in progress reports) are multiplied by ``scale``.
     """
     backend = get_backend(options.backend or "highs")
+    check_passthrough(backend.name, options.passthrough)
     if backend.interface == "highs":
         return _solve_highs(model, options, backend, warm_start, scale)
     if backend.interface == "contrib":
         return _solve_contrib(model, options, backend, warm_start, scale)
     return _solve_legacy(model, options, backend, warm_start, scale)
+
+
+def check_passthrough(backend: str, passthrough: dict[str, Any]) -> None:
+    """Refuse options outside the backend's allow-list (:mod:`planmap.spec.backend_options`): a spec is
+    validated already, this guards callers of the library that build SolveOptions themselves."""
+    from planmap.spec.backend_options import option_error
+
+    for key, value in passthrough.items():
+        bad = option_error(backend, key, value)
+        if bad is not None:
+            raise PlanmapError(f"solver.options: {bad[0]} (allowed: {bad[1]})")
 
 
 def _objective_sense(model) -> float:
@@ -385,6 +398,7 @@ class HighsSession:
         import highspy
 
         backend = BACKENDS["highs"]
+        check_passthrough(backend.name, options.passthrough)
         h = self.highs
         t0 = time.perf_counter() if t0 is None else t0
         warm = self.set_start() if warm_start else "not given"

@@ -18,6 +18,7 @@ import typer
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from planmap import __version__  # noqa: E402
+from planmap.cli.signals import SignalGuard, Terminated  # noqa: E402
 from planmap.errors import PlanmapError  # noqa: E402
 
 __all__ = ["app", "main", "state"]
@@ -33,6 +34,7 @@ _COMMAND_MODULES = (
 
 class _State:
     debug: bool = False
+    signals: SignalGuard | None = None  # the running command's guard (set by main)
 
 
 state = _State()
@@ -67,9 +69,12 @@ for _name in _COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point; returns the exit status."""
+    """Console-script entry point; returns the exit status (128 + signal number after a signal)."""
+    guard = SignalGuard()
     try:
-        rv = app(args=argv, standalone_mode=False)
+        with guard:
+            state.signals = guard
+            rv = app(args=argv, standalone_mode=False)
     except PlanmapError as e:
         if state.debug:
             raise
@@ -78,20 +83,28 @@ def main(argv: list[str] | None = None) -> int:
 
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(e))}")
         return 1
-    except typer.Exit as e:
-        return e.exit_code
-    except typer.Abort:
+    except (typer.Exit, typer.Abort, KeyboardInterrupt) as e:  # typer turns a KeyboardInterrupt into Exit(130)
+        cause = e if isinstance(e, KeyboardInterrupt) else e.__cause__
+        if isinstance(cause, KeyboardInterrupt):
+            # the guard knows the signal even when a library re-raised it as a plain KeyboardInterrupt
+            status = cause.exit_status if isinstance(cause, Terminated) else guard.exit_status()
+            print(f"interrupted (exit status {status})", file=sys.stderr)
+            return status
+        if isinstance(e, typer.Exit):
+            return e.exit_code
         print("aborted", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except typer.exceptions.TyperException as e:  # usage errors: bad option, missing argument
         show = getattr(e, "show", None)
         if show is None:
             raise
         show()
         return getattr(e, "exit_code", 2)
+    finally:
+        state.signals = None
+    if guard.received is not None:  # typer returned Exit(130) for the KeyboardInterrupt the signal raised
+        print(f"interrupted (exit status {guard.exit_status()})", file=sys.stderr)
+        return guard.exit_status()
     return rv if isinstance(rv, int) else 0
 
 

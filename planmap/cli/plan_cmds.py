@@ -85,8 +85,13 @@ def solve(
                               help="Relative optimality gap to stop at, e.g. 0.01 (overrides the spec)."),
     threads: int = typer.Option(None, "--threads", help="Solver threads (overrides the spec)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the plan path."),
+    write_interrupted: bool = typer.Option(False, "--write-interrupted", help="After Ctrl-C/SIGTERM/SIGHUP, write "
+                                           "the incumbent even over an existing plan."),
 ) -> None:
-    """Solve a spec and write its plan. Nothing is written when the problem is infeasible or the solve fails."""
+    """Solve a spec and write its plan. Nothing is written when the problem is infeasible or the solve fails.
+
+    Interrupted (Ctrl-C, SIGTERM, SIGHUP), the incumbent is written only to a path that does not exist yet
+    or with --write-interrupted, and the exit status is 128 + the signal number (130 for Ctrl-C)."""
     from planmap import plan as plan_mod
     from planmap.assemble import build_problem
     from planmap.problem import SolveOptions
@@ -119,15 +124,34 @@ def solve(
         options = SolveOptions.from_spec(cfg, time_limit=limit_ns / 1e9, rel_gap=gap, threads=threads or None,
                                          progress=_LiveProgress(status) if status else None)
         result = run_solve(problem, solver or cfg.name, options)
+        interrupted = _interrupted(result.solution.certificate.status)
         doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=loaded, plan_path=plan_path)
-        plan_mod.save(doc, plan_path, header_lines=plan_mod.header(spec, plan_path, extra))
+        keep = interrupted is not None and plan_path.exists() and not write_interrupted
+        if not keep:
+            plan_mod.save(doc, plan_path, header_lines=plan_mod.header(spec, plan_path, extra))
         wall = time.perf_counter() - t0
+    if interrupted is not None:
+        err.print("[bold red]interrupted:[/] " + (
+            f"kept the existing {plan_path}; the interrupted answer was not written (pass --write-interrupted, "
+            "or -o a new path, to keep it)" if keep else f"wrote the interrupted answer to {plan_path}"))
+        raise typer.Exit(interrupted)
     if quiet:
         out.print(str(plan_path))
         return
     for name, why in result.tried:
         err.print(f"[dim]auto: {name}: {why}[/]")
     _summary(problem, result.solution, result.evaluation, plan_path, wall)
+
+
+def _interrupted(status) -> int | None:
+    """The exit status of an interrupted solve (128 + signal), or None when the solve was not interrupted."""
+    from planmap.cli import state
+    from planmap.problem import Status
+
+    guard = state.signals
+    if guard is not None and guard.received is not None:
+        return guard.exit_status()
+    return 130 if status == Status.INTERRUPTED else None
 
 
 class _Null:

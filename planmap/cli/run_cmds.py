@@ -12,6 +12,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import typer
@@ -35,8 +36,12 @@ def run(
     inputs: Path | None = typer.Option(None, "--inputs", help=".npz with one array per argument (by name or argN); "
                                        "default: seeded random inputs of the artifact's shapes."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    unchecked: bool = typer.Option(False, "--unchecked", help="Skip `planmap check` (experiments with hand-written "
+                                   "plans only; a stale input is still refused). Prints a warning."),
 ) -> None:
-    """Run PLAN on this machine's JAX devices: per-stage and per-step time, and with --verify the max error."""
+    """Run PLAN on this machine's JAX devices: per-stage and per-step time, and with --verify the max error.
+
+    The plan must pass `planmap check` (the same check runs here); --unchecked skips it, loudly."""
     _ensure_fake_devices()
     from rich.console import Console
     from rich.table import Table
@@ -46,7 +51,11 @@ def run(
     from planmap.runtime.verify import compare, reference_outputs
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
-    exe = rt.load(plan)
+    if unchecked:
+        Console(stderr=True, highlight=False).print(f"[bold red]{rt.UNCHECKED_WARNING}[/]")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the warning is printed above, once
+        exe = rt.load(plan, unchecked=unchecked)
     args = load_inputs(exe, inputs) if inputs is not None else random_inputs(exe, seed)
     outs = exe(*args)  # warm-up (first-call overheads)
     _block(outs)

@@ -181,9 +181,9 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
     stage_of_op = np.full(n_ops, -1, np.int64)
     stages = []
     for k, st in enumerate(doc.stages):
-        ids = ranges_to_ids(st.ops)
-        if len(ids) and (ids.min() < 0 or ids.max() >= n_ops):
+        if any(not 0 <= a <= b <= n_ops for a, b in st.ops):  # before expanding a range: [0, 10**12) is 7 TiB
             raise InputError(f"plan stage {st.id} names op ids outside the artifact's {n_ops} ops")
+        ids = ranges_to_ids(st.ops)
         if (stage_of_op[ids] >= 0).any():
             raise InputError(f"plan stage {st.id} repeats ops of an earlier stage")
         stage_of_op[ids] = k

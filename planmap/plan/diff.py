@@ -4,6 +4,11 @@ A textual diff of two plan files already shows *that* something changed; this sa
 ops are compared by where they run (their stage's devices), moved ops are grouped into ranges and,
 when the artifact is at hand, named by their layer (the name stack), and the predictions are put
 side by side.
+
+Equality is exact: display may round (``60.7 µs``), but two values that differ by 1 ns or 1 byte
+are a difference, shown with their exact values when the rounded ones look alike. Any field the
+sections above do not cover (data arguments, certificate bound and gap, stage sub-meshes, the
+generator…) is still compared, so ``changed`` is false only for documents that are equal.
 """
 
 from __future__ import annotations
@@ -91,26 +96,68 @@ def diff_plans(old: PlanDocument, new: PlanDocument, op_names: list[str] | None 
                        ("stages", len(old.stages), len(new.stages))):
         if a != b:
             d.settings.append(f"{what}: {_short(a)} -> {_short(b)}")
-    ia = {i.role: i.sha256 for i in old.inputs}
-    ib = {i.role: i.sha256 for i in new.inputs}
+    ia = {i.role: i for i in old.inputs}
+    ib = {i.role: i for i in new.inputs}
     for role in sorted(set(ia) | set(ib)):
-        if ia.get(role) != ib.get(role):
+        a, b = ia.get(role), ib.get(role)
+        if (a and a.sha256) != (b and b.sha256):
             d.settings.append(f"input {role}: different file contents")
+        elif (a and a.path) != (b and b.path):
+            d.settings.append(f"input {role}: {a and a.path} -> {b and b.path}")
+    _predicted(d, old, new)
+    _certificate(d, old.solver, new.solver)
+    if old.data_args != new.data_args:
+        d.settings.append(f"data_args: {old.data_args} -> {new.data_args}")
+    meshes_a, meshes_b = [st.mesh for st in old.stages], [st.mesh for st in new.stages]
+    if meshes_a != meshes_b:
+        d.settings.append("stage sub-meshes differ")
+    if [st.devices for st in old.stages] != [st.devices for st in new.stages] and not d.changed:
+        d.settings.append("stage order differs")
+    if not d.changed:  # the safety net: equal only when the documents are equal
+        for name in type(old).model_fields:
+            if name != "digest" and getattr(old, name) != getattr(new, name):
+                d.settings.append(f"{name} differs")
+    return d
+
+
+def _pair(fmt, a: int, b: int, unit: str) -> tuple[str, str]:
+    """Rounded displays of ``a`` and ``b``, exact ones when the rounded ones would hide a difference."""
+    fa, fb = fmt(a), fmt(b)
+    if a != b and fa == fb:
+        return f"{fa} ({a} {unit})", f"{fb} ({b} {unit})"
+    return fa, fb
+
+
+def _predicted(d: PlanDiff, old: PlanDocument, new: PlanDocument) -> None:
     from planmap.units import format_bytes, format_duration
 
-    d.predicted.append(("objective", format_duration(old.predicted.objective_ns * 1e-9),
-                        format_duration(new.predicted.objective_ns * 1e-9)))
-    d.predicted.append(("step time", format_duration(old.predicted.step_time_ns * 1e-9),
-                        format_duration(new.predicted.step_time_ns * 1e-9)))
-    d.predicted.append(("bytes moved", format_bytes(old.predicted.bytes_moved),
-                        format_bytes(new.predicted.bytes_moved)))
-    ma = {x.device: x.memory for x in old.predicted.devices}
-    mb = {x.device: x.memory for x in new.predicted.devices}
-    for dev in sorted(set(ma) | set(mb)):
-        d.predicted.append((f"memory {dev}", format_bytes(ma.get(dev, 0)), format_bytes(mb.get(dev, 0))))
+    def dur(v: int) -> str:
+        return format_duration(v * 1e-9)
+
+    po, pn = old.predicted, new.predicted
+    d.predicted.append(("objective", *_pair(dur, po.objective_ns, pn.objective_ns, "ns")))
+    d.predicted.append(("step time", *_pair(dur, po.step_time_ns, pn.step_time_ns, "ns")))
+    d.predicted.append(("bytes moved", *_pair(format_bytes, po.bytes_moved, pn.bytes_moved, "B")))
+    da = {x.device: x for x in po.devices}
+    db = {x.device: x for x in pn.devices}
+    for dev in sorted(set(da) | set(db)):
+        a, b = da.get(dev), db.get(dev)
+        d.predicted.append((f"memory {dev}", *_pair(format_bytes, a.memory if a else 0, b.memory if b else 0, "B")))
+        la, lb = (a.load_ns if a else 0), (b.load_ns if b else 0)
+        if la != lb:
+            d.predicted.append((f"load {dev}", *_pair(dur, la, lb, "ns")))
+        ca, cb = (a.capacity if a else None), (b.capacity if b else None)
+        if ca != cb:
+            d.predicted.append((f"capacity {dev}", str(ca), str(cb)))
     d.predicted.append(("solver", f"{old.solver.name} ({old.solver.status})",
                         f"{new.solver.name} ({new.solver.status})"))
-    return d
+
+
+def _certificate(d: PlanDiff, a, b) -> None:
+    for key in ("objective_ns", "bound_ns", "gap", "backend", "version"):
+        va, vb = getattr(a, key), getattr(b, key)
+        if va != vb:
+            d.settings.append(f"certificate {key}: {va} -> {vb}")
 
 
 def _short(v) -> str:

@@ -6,11 +6,20 @@ hostnames or absolute paths, and one decision per line (a moved stage is a one-l
 emitter is written by hand for that reason — a generic YAML dumper decides line breaks itself.
 
 Versioning: ``format_version: "MAJOR.MINOR"``. A minor bump only adds fields (readers ignore
-unknown fields); a major bump changes meaning, and readers refuse plans of another major.
+unknown fields); a major bump changes meaning, and readers refuse plans of another major. 1.1 added
+the ``digest`` line.
+
+The last line, ``digest: sha256:<hex>``, is the SHA-256 of the canonical rendering of every other
+field (no comment header, no digest line). It is tamper-EVIDENCE, not a signature: anyone can
+recompute it, so it catches hand edits and corruption of any single field (two stages swapping
+devices, a removed sharding) without re-solving, but not a deliberate forger. ``planmap check``
+re-derives every derived field from the spec and the artifact, and ``check --resolve`` proves the
+decisions themselves by solving again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any, Literal
@@ -34,10 +43,12 @@ __all__ = [
     "ObjectiveDoc",
     "PlanDocument",
     "render",
+    "body_digest",
     "parse",
 ]
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 class _Doc(BaseModel):
@@ -136,6 +147,8 @@ class PlanDocument(_Doc):
     shardings: ShardingsDoc = Field(default_factory=ShardingsDoc, description="SPMD shardings.")
     predicted: Predicted = Field(description="What the cost model predicts for this plan.")
     solver: SolverDoc = Field(description="The solver's certificate.")
+    digest: str | None = Field(default=None, pattern=_DIGEST.pattern,
+                               description="sha256 of the canonical rendering of the other fields (tamper evidence).")
 
     @property
     def major(self) -> int:
@@ -176,9 +189,25 @@ def _dump(data: dict) -> dict:
 
 
 def render(doc: PlanDocument, header: list[str]) -> str:
-    """The plan's bytes: comment header, then block mappings whose list items are one-line flow maps."""
+    """The plan's bytes: comment header, block mappings whose list items are one-line flow maps, and
+    the digest of those mappings (``doc.digest`` is ignored: the digest is always recomputed)."""
+    body = _body(doc)
+    lines = [f"# {line}" if line else "#" for line in header]
+    return "".join(line + "\n" for line in lines) + body + f"digest: {_digest(body)}\n"
+
+
+def body_digest(doc: PlanDocument) -> str:
+    """``sha256:<hex>`` of the document's canonical rendering without header and digest."""
+    return _digest(_body(doc))
+
+
+def _digest(body: str) -> str:
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def _body(doc: PlanDocument) -> str:
     d = _dump(doc.model_dump(mode="json"))
-    out = [f"# {line}" if line else "#" for line in header]
+    out: list[str] = []
     for key in ("format_version", "generator", "name"):
         out.append(f"{key}: {json.dumps(d[key]) if key == 'format_version' else _scalar(d[key])}")
     out.append(f"objective: {_flow({k: v for k, v in d['objective'].items() if v is not None})}")

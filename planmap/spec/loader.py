@@ -160,7 +160,7 @@ def _translate(err: ErrorDetails, root: type[BaseModel], pos: Positions, file: s
     elif typ == "unit":
         code, msg = "unit", f"{where}: {ctx.get('message')}"
         got, expected = None, ctx.get("expected")
-    elif typ in ("duplicate-name", "reference", "file-not-found", "value", "missing-field"):
+    elif typ in ("duplicate-name", "reference", "file-not-found", "value", "missing-field", "option"):
         code, msg = typ, f"{where}: " + err["msg"]
         got, expected = ctx.get("got"), ctx.get("expected")
         if typ == "missing-field":

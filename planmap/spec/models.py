@@ -400,8 +400,21 @@ class SolverConfig(_Model):
                            "at most this (0.01 = 1%).")
     threads: int = Field(default=1, ge=1, le=1024, description="Threads the backend may use.")
     seed: int = Field(default=0, ge=0, description="Random seed (same seed, same plan).")
-    options: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Options passed "
-                                                         "through to the backend unchanged.")
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Backend options "
+                                                         "that tune the search (limits, gaps, threads, tolerances, "
+                                                         "heuristics, presolve, seeds), from a per-backend "
+                                                         "allow-list; options that write files are refused.")
+
+    @model_validator(mode="after")
+    def _check_options(self) -> SolverConfig:
+        from planmap.spec.backend_options import option_error
+
+        for key, value in self.options.items():
+            bad = option_error(self.backend, key, value)
+            if bad is not None:
+                _fail("option", bad[0].replace("{", "{{").replace("}", "}}"), at=("options", key), got=value,
+                      expected=bad[1])
+        return self
 
 
 # --------------------------------------------------------------------------------- constraints

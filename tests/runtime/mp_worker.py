@@ -27,7 +27,7 @@ def main(process_id: int, port: int, out: str, plans: list[str]) -> None:
     x = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (64, 256), np.float32))
     results = {}
     for k, plan in enumerate(plans):
-        exe = rt.load(plan)
+        exe = rt.load(plan, unchecked=True)
         (y,) = exe(*params, x)
         results[f"plan{k}"] = distributed.gather(y)
         results[f"plan{k}_processes"] = np.array(sorted({d.process_index for s in exe.segments

@@ -29,14 +29,14 @@ def test_a_changed_artifact_makes_the_plan_stale(tmp_path):
     artifact = path.parent / "mlp.mlir"
     artifact.write_text(artifact.read_text().replace("stablehlo.add", "stablehlo.subtract", 1))
     with pytest.raises(StalePlanError, match="stale") as e:
-        rt.load(path)
+        rt.load(path, unchecked=True)
     assert "mlp.mlir" in str(e.value) and "regenerate" in str(e.value)
 
 
 def test_apply_runs_the_planned_function_with_its_pytrees(plan_dir, mlp_params):
     path = _two_stage(plan_dir, "apply")
     x = mlp_batch(32)
-    exe = rt.apply(path, mlp.forward, mlp_params, x)
+    exe = rt.apply(path, mlp.forward, mlp_params, x, unchecked=True)
     y = exe(mlp_params, x)
     np.testing.assert_allclose(np.asarray(y), single_device(mlp.forward, mlp_params, x), rtol=1e-5, atol=1e-5)
     shardings = exe.input_shardings
@@ -50,7 +50,7 @@ def test_apply_refuses_a_different_function(plan_dir, mlp_params):
         return mlp.forward(params, x) * 2.0
 
     with pytest.raises(PlanmapError, match="does not export to the planned artifact"):
-        rt.apply(path, tweaked, mlp_params, mlp_batch(32))
+        rt.apply(path, tweaked, mlp_params, mlp_batch(32), unchecked=True)
 
 
 def test_canonical_text_ignores_names_and_locations():
@@ -67,13 +67,13 @@ def test_too_few_devices_is_a_clear_error(plan_dir):
     path = write_plan(plan_dir, "mlp", [stage(devs(8), [(0, MLP_OPS)])], data_args=[MLP_X], mesh={"data": 8},
                       args={MLP_X: ["data", None]}, name="dp")
     with pytest.raises(PlanmapError, match="requires 8 devices"):
-        rt.load(path, devices=jax.devices()[:3])
+        rt.load(path, devices=jax.devices()[:3], unchecked=True)
 
 
 def test_wrong_global_batch_names_the_microbatches(plan_dir, mlp_params):
     path = write_plan(plan_dir, "mlp", [stage(devs(1), [(0, MLP_OPS)])], data_args=[MLP_X], microbatches=4,
                       name="mb4")
-    exe = rt.load(path)
+    exe = rt.load(path, unchecked=True)
     with pytest.raises(InputError, match=r"requires shape \(128, 256\) \(4 microbatches x 32"):
         exe(*leaves(mlp.init(jax.random.PRNGKey(0))), mlp_batch(32))
 
@@ -81,7 +81,7 @@ def test_wrong_global_batch_names_the_microbatches(plan_dir, mlp_params):
 def test_plan_for_another_artifact_is_refused(plan_dir):
     path = write_plan(plan_dir, "mlp", [stage(devs(1), [(0, 500)])], data_args=[MLP_X], name="toolong")
     with pytest.raises(InputError, match="has 19 ops"):
-        rt.load(path)
+        rt.load(path, unchecked=True)
 
 
 def test_random_inputs_index_within_the_vocabulary(plan_dir):
@@ -90,7 +90,7 @@ def test_random_inputs_index_within_the_vocabulary(plan_dir):
     assert index_bound(art, art.arg_names.index("targets")) == 512
     assert index_bound(Artifact.from_file(MODELS / "cnn_train.mlir"), 30) == 10
     assert index_bound(Artifact.from_file(MODELS / "mlp.mlir"), MLP_X) is None
-    exe = rt.load(_two_stage(plan_dir, "inputs"))
+    exe = rt.load(_two_stage(plan_dir, "inputs"), unchecked=True)
     a = random_inputs(exe, seed=3)
     assert [x.shape for x in a] == [t.shape for t in exe.artifact.in_types]
     assert all(np.array_equal(x, y) for x, y in zip(a, random_inputs(exe, seed=3), strict=True))
