@@ -16,45 +16,11 @@ from planmap.cluster import Topology
 from planmap.cost import CostModel
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.graph import OpGraph
+from planmap.kernels import kernel_counts
 from planmap.problem import Problem
 from planmap.vocabulary import Mode, ObjectiveKind, Schedule, ThroughputVariant
 
-__all__ = ["build_problem", "kernel_counts", "kernel_roles"]
-
-# Kernels a node launches (each pays the device type's opOverhead): XLA fuses elementwise ops and data
-# movement into the contraction / reduction / loop they feed, so a fused node costs one launch per
-# "anchor" op, or one loop kernel when it has no anchor; constants, reshapes and the like cost none.
-_KERNEL_FREE = frozenset({
-    "stablehlo.constant", "stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.get_tuple_element",
-    "stablehlo.tuple", "stablehlo.bitcast_convert", "stablehlo.iota", "stablehlo.optimization_barrier",
-    "sdy.sharding_constraint", "func.return", "chlo.constant", "chlo.constant_like", "sdy.constant",
-})
-
-
-def kernel_roles(original: OpGraph) -> tuple[np.ndarray, np.ndarray]:
-    """(anchor, work) int arrays over the ops of ``original``: an anchor (contraction, reduction, control
-    flow, call) launches its own kernel; a work op without an anchor in its fusion makes one loop kernel."""
-    from planmap.frontend.costs import BODY_OPS, SPECIAL
-
-    kinds = np.asarray(original.kind, dtype=object)
-    anchor = np.array([k in SPECIAL or k in BODY_OPS or k.startswith("stablehlo.custom_call") for k in kinds],
-                      np.int64)
-    work = np.array([k not in _KERNEL_FREE for k in kinds], np.int64)
-    return anchor, work
-
-
-def kernel_counts(graph: OpGraph, original: OpGraph) -> np.ndarray:
-    """Kernel launches per node: its anchor ops (contractions, reductions, control flow, calls), or one
-    loop-fusion kernel for a node of only elementwise/data-movement ops, or none for free ops."""
-    anchor, work = kernel_roles(original)
-    if graph.num_nodes == 0:
-        return np.zeros(0)
-    starts = graph.members_indptr[:-1]
-    empty = np.diff(graph.members_indptr) == 0
-    anchors = np.where(empty, 0, np.add.reduceat(anchor[graph.members], starts))
-    any_work = np.where(empty, 0, np.add.reduceat(work[graph.members], starts)) > 0
-    return np.where(anchors > 0, anchors, any_work.astype(np.int64)).astype(float)
-
+__all__ = ["build_problem"]
 
 def _pins(spec, graph: OpGraph, original: OpGraph, topo: Topology, allowed: np.ndarray) -> None:
     names = np.asarray(original.op_name, dtype=object)

@@ -22,42 +22,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from planmap.crossings import crossings
+from planmap.evaluation import Evaluation, memory_violations
 from planmap.graph import topological_order
 from planmap.problem import Problem, Solution
 from planmap.vocabulary import Mode, ObjectiveKind, ThroughputVariant
 
 __all__ = ["Evaluation", "evaluate", "nonconvex_units", "quotient_order"]
-
-
-@dataclass(frozen=True, eq=False)
-class Evaluation:
-    """The measured-by-model consequences of a solution. Times in seconds, memory in bytes."""
-
-    objective: float
-    feasible: bool
-    violations: tuple[str, ...]
-    memory: np.ndarray  # (D,) bytes held per device
-    capacity: np.ndarray  # (D,) usable bytes per device
-    load: np.ndarray  # (D,) busy seconds per device (per microbatch for pipelines)
-    fw_load: np.ndarray
-    bw_load: np.ndarray
-    stage_start: np.ndarray  # (S,) latency: stage start times; pipelines: NaN
-    stage_finish: np.ndarray
-    node_finish: np.ndarray | None  # (n,) latency only
-    bytes_moved: int
-    step_time: float  # latency: = objective; pipelines: (microbatches + stages - 1) x bottleneck
-    stage_order: tuple[int, ...]  # pipelines: stage ids in pipeline order
-    spmd: Any = None  # SPMD plans: the planmap.sharding.SpmdEvaluation (collectives, compute vs comm)
-
-    @property
-    def bottleneck_device(self) -> int:
-        return int(np.argmax(self.load))
 
 
 # ------------------------------------------------------------------------------ graph helpers
@@ -269,7 +243,7 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
     groups: list[tuple[int, ...]] = [(d,) for d in range(D)]
     mem = _memory(problem, node_dev, groups, np.ones(D))
     _common_checks(problem, sol, node_dev, groups, violations)
-    _memory_check(problem, mem, violations)
+    memory_violations(problem, mem, violations)
     moved = int(problem.graph.value_bytes[val].sum()) if len(val) else 0
     stage_start = start[:S].copy()
     stage_finish = finish[:S].copy()
@@ -283,17 +257,6 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
                       capacity=problem.capacity, load=load, fw_load=load, bw_load=np.zeros(D),
                       stage_start=stage_start, stage_finish=stage_finish, node_finish=node_finish,
                       bytes_moved=moved, step_time=objective, stage_order=tuple(range(S)))
-
-
-def _memory_check(problem: Problem, mem: np.ndarray, violations: list[str]) -> None:
-    cap = problem.capacity
-    over = np.flatnonzero(mem > cap * (1 + 1e-12))
-    if len(over):
-        from planmap.units import format_bytes
-
-        d = int(over[np.argmax(mem[over] - cap[over])])
-        violations.append(f"memory exceeded on {len(over)} device(s), e.g. {problem.topology.names[d]} needs "
-                          f"{format_bytes(mem[d])} of {format_bytes(cap[d])} usable")
 
 
 # --------------------------------------------------------------------------------- throughput
@@ -371,7 +334,7 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
     in_flight = np.array([problem.in_flight(int(p), G) for p in position], float)
     mem = _memory(problem, group_of, groups, in_flight)
     _common_checks(problem, sol, group_of, groups, violations)
-    _memory_check(problem, mem, violations)
+    memory_violations(problem, mem, violations)
     total = fw + bw
     if problem.variant is ThroughputVariant.MAX_FW_PLUS_MAX_BW:
         objective = float(fw.max() + bw.max()) if G else 0.0

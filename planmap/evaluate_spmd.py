@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from planmap.evaluate import Evaluation, _memory_check
+from planmap.evaluation import Evaluation, memory_violations
 from planmap.problem import Problem, Solution
 
 __all__ = ["evaluate_spmd_solution"]
@@ -50,7 +50,7 @@ def evaluate_spmd_solution(problem: Problem, solution: Solution) -> Evaluation:
     bw_time = float(ev.op_time[backward].sum()) if backward is not None and backward.any() else 0.0
     fw[devs] = ev.microbatch_time - bw_time
     bw[devs] = bw_time
-    _memory_check(problem, mem, violations)
+    memory_violations(problem, mem, violations)
     moved = int(sum(b * c for _, _, b, c in ev.collectives))
     nan = np.full(1, np.nan)
     return Evaluation(objective=ev.microbatch_time, feasible=not violations, violations=tuple(violations), memory=mem,

@@ -276,12 +276,10 @@ class Problem:
         return self.topology.memory * (1.0 - self.memory_headroom)
 
     @cached_property
-    def sharding_tables(self) -> Any:
-        """The sharding tables of :attr:`original` per logical mesh (``.get(mesh)``), built once per
-        problem and mesh (:class:`planmap.sharding.solution.TablesCache`)."""
-        from planmap.sharding.solution import TablesCache
-
-        return TablesCache(self)
+    def memo(self) -> dict[str, Any]:
+        """Caches of data derived from this problem (e.g. the sharding tables per mesh); a problem made
+        with ``dataclasses.replace`` starts with its own empty memo."""
+        return {}
 
     @property
     def num_nodes(self) -> int:

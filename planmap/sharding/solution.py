@@ -24,7 +24,8 @@ from planmap.sharding.specs import Spec, from_partition_spec, is_valid, partitio
 from planmap.sharding.spmd import compress, propagate
 from planmap.sharding.tables import ShardingTables
 
-__all__ = ["TablesCache", "axis_names", "spmd_solution", "solution_mesh", "solution_overrides", "layout_of"]
+__all__ = ["TablesCache", "tables_cache", "axis_names", "spmd_solution", "solution_mesh", "solution_overrides",
+           "layout_of"]
 
 
 class TablesCache:
@@ -40,6 +41,14 @@ class TablesCache:
             t = ShardingTables.from_problem(self._problem, mesh)
             self._tables[mesh.key] = t
         return t
+
+
+def tables_cache(problem: Any) -> TablesCache:
+    """The problem's :class:`TablesCache` (kept in ``problem.memo``: built once per problem)."""
+    cache = problem.memo.get("sharding_tables")
+    if cache is None:
+        cache = problem.memo["sharding_tables"] = TablesCache(problem)
+    return cache
 
 
 def axis_names(tables: ShardingTables, specs: Mapping[int, Spec]) -> tuple[str, ...]:
@@ -149,5 +158,5 @@ def solution_overrides(tables: ShardingTables, shardings: Any) -> dict[int, Spec
 def layout_of(problem: Any, solution: Any) -> tuple[ShardingTables, dict[int, Spec]]:
     """(tables, complete layout) of an SPMD solution: its recorded overrides expanded by :func:`propagate`."""
     mesh = solution_mesh(problem, solution)
-    tables = problem.sharding_tables.get(mesh)
+    tables = tables_cache(problem).get(mesh)
     return tables, propagate(tables, solution_overrides(tables, solution.shardings))

@@ -186,7 +186,7 @@ class ShardingTables:
     def from_problem(cls, problem: Any, mesh: LogicalMesh) -> ShardingTables:
         """Tables of ``problem.original`` with the problem's topology, mode, optimizer, microbatches and
         memory headroom (kernel launches counted as the problem's cost model counts them)."""
-        from planmap.assemble import kernel_counts
+        from planmap.kernels import kernel_counts
 
         original = problem.original
         kernels = kernel_counts(original, original)
@@ -302,7 +302,7 @@ def fused_op_costs(problem: Any, device_type: int, kernels: np.ndarray) -> tuple
     plan then costs what a single-device pipeline stage costs. A node's roofline is shared among its
     ops in proportion to their own rooflines (evenly when those are all zero); its launches go to its
     anchor ops, or to its first op with work when it has none."""
-    from planmap.assemble import kernel_roles
+    from planmap.kernels import kernel_roles
 
     g, original, cost = problem.graph, problem.original, problem.cost
     anchor, work = kernel_roles(original)

@@ -30,7 +30,7 @@ from planmap.evaluate import Evaluation, evaluate
 from planmap.graph import OpGraph
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.sharding import LogicalMesh, ShardingTables, Spec, logical_meshes, propagate, replicated
-from planmap.sharding.solution import spmd_solution
+from planmap.sharding.solution import spmd_solution, tables_cache
 
 __all__ = ["DataParallel", "FSDP", "Megatron", "data_parallel", "fsdp", "megatron", "meshes_or_raise",
            "BASELINES"]
@@ -92,7 +92,7 @@ def data_parallel(problem: Problem) -> tuple[Solution, Evaluation]:
     """Pure data parallelism on the 1-D mesh over every accelerator."""
     t0 = time.perf_counter()
     mesh = meshes_or_raise(problem, "data-parallel")[0]
-    tables = problem.sharding_tables.get(mesh)
+    tables = tables_cache(problem).get(mesh)
     data = _data_specs(tables, 0)
     if not data:
         raise SolverUnavailableError(f"data-parallel is not applicable to {problem.name}: no data argument's "
@@ -104,7 +104,7 @@ def fsdp(problem: Problem) -> tuple[Solution, Evaluation]:
     """Data parallel with every parameter split along the data axis on its largest divisible dim."""
     t0 = time.perf_counter()
     mesh = meshes_or_raise(problem, "fsdp")[0]
-    tables = problem.sharding_tables.get(mesh)
+    tables = tables_cache(problem).get(mesh)
     over = _data_specs(tables, 0)
     if not over:
         raise SolverUnavailableError(f"fsdp is not applicable to {problem.name}: no data argument's batch dim "
@@ -180,7 +180,7 @@ def megatron(problem: Problem) -> tuple[Solution, Evaluation]:
     candidates = [m for m in meshes if m.scope[-1] == "intra" and m.num_axes <= 2]
     best: tuple[tuple, Solution, Evaluation] | None = None
     for mesh in candidates:
-        tables = problem.sharding_tables.get(mesh)
+        tables = tables_cache(problem).get(mesh)
         tensor = mesh.num_axes - 1
         data = 0 if mesh.num_axes == 2 else None
         sol, ev = _finish(problem, tables, megatron_overrides(tables, tensor, data), "megatron", t0)
