@@ -149,7 +149,7 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     spec_path = plan.spec_path
     if spec_path is None:
         blocking.append("the plan records no spec input, so it cannot be checked")
-    if blocking or any(m.startswith("stale:") for m in report.problems):
+    if blocking or spec_path is None or any(m.startswith("stale:") for m in report.problems):
         report.problems += blocking
         return report
     spec = load_spec(spec_path)
