@@ -1,7 +1,7 @@
 """The sharding IP (issue 12): the best SPMD layout of a program on each logical mesh, and over all meshes.
 
 :func:`solve_mesh` reduces a mesh's :class:`~planmap.sharding.ShardingTables` (:mod:`.reduce`: followers
-merged, optionally repeated layers tied, exact folds), builds the integer program of :mod:`.model`,
+merged, exact folds; repeated layers are not tied yet), builds the integer program of :mod:`.model`,
 solves it with the shared backend layer (:func:`planmap.solvers.mip.solve_model`: backend by name, time
 limit, gap, threads, seed, passthrough, warm start, progress), and reads back one strategy per unit.
 The answer's layout is checked with :func:`~planmap.sharding.evaluate_spmd`, whose step time is the
@@ -115,14 +115,13 @@ def _limit(options: SolveOptions, deadline: float | None) -> float:
 
 
 def solve_mesh(tables: ShardingTables, options: SolveOptions, *, warm_start: dict | None = None,
-               deadline: float | None = None, reduced: Reduced | None = None, merge_followers: bool = True,
-               tie_layers: bool = False) -> MeshAnswer:
+               deadline: float | None = None, reduced: Reduced | None = None,
+               merge_followers: bool = True) -> MeshAnswer:
     """The best layout of ``tables`` on its mesh (see the module doc). ``warm_start``: a layout
     ``{value id: spec}`` (e.g. the best baseline's); ``deadline``: a ``time.monotonic()`` instant the
     solve must end by (with ``options.time_limit``, the earlier wins)."""
     t0 = time.perf_counter()
-    red = reduced if reduced is not None else reduce_tables(tables, merge_followers=merge_followers,
-                                                            tie_layers=tie_layers)
+    red = reduced if reduced is not None else reduce_tables(tables, merge_followers=merge_followers)
     data = model_data(red)
     model = build_model(red, data=data, name=tables.graph.name)
     notes: list[str] = []
@@ -191,8 +190,7 @@ def problem_meshes(problem: Problem) -> list[LogicalMesh]:
 
 
 def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tuple, dict] | None = None,
-              meshes: list[LogicalMesh] | None = None, merge_followers: bool = True,
-              tie_layers: bool = False) -> SearchAnswer:
+              meshes: list[LogicalMesh] | None = None, merge_followers: bool = True) -> SearchAnswer:
     """Solve every mesh of ``problem`` (cheapest lower bound first, skipping meshes that cannot win) within
     ``options.time_limit`` overall; ``warm_starts``: a layout per ``mesh.key``."""
     t0 = time.perf_counter()
@@ -200,7 +198,7 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
     cands = []
     for mesh in meshes if meshes is not None else problem_meshes(problem):
         tables = ShardingTables.from_problem(problem, mesh)
-        red = reduce_tables(tables, merge_followers=merge_followers, tie_layers=tie_layers)
+        red = reduce_tables(tables, merge_followers=merge_followers)
         cands.append((mesh_lower_bound(red) * tables.microbatches, len(cands), tables, red))
     cands.sort(key=lambda c: (c[0], c[1]))
     best: MeshAnswer | None = None
