@@ -63,7 +63,8 @@ class MeshAnswer:
 
     def certificate_text(self) -> str:
         """One line for a certificate: what the answer is optimal (or bounded) over."""
-        word = {Status.OPTIMAL: "optimal", Status.GAP_REACHED: "within the gap"}.get(self.status, "best found")
+        words: dict[Status | None, str] = {Status.OPTIMAL: "optimal", Status.GAP_REACHED: "within the gap"}
+        word = words.get(self.status, "best found")
         return f"{word} over mesh {self.mesh.shape} × per-op strategies ({'; '.join(self.reductions)})"
 
 
@@ -152,8 +153,8 @@ def solve_mesh(tables: ShardingTables, options: SolveOptions, *, warm_start: dic
         origin = "ip"
         if not ev.feasible:
             notes.append(f"the MIP's layout needs {ev.memory:.4g} B of {ev.capacity:.4g} B under evaluate_spmd")
-    if start_eval is not None and start_eval.feasible and (ev is None or not ev.feasible
-                                                            or start_eval.step_time < ev.step_time):
+    if warm_start is not None and start_eval is not None and start_eval.feasible and (
+            ev is None or not ev.feasible or start_eval.step_time < ev.step_time):
         strategies, specs, ev, origin = _strategies_of(tables, warm_start), dict(warm_start), start_eval, "warm start"
     status, bound, gap = res.status, None if res.bound is None else res.bound * mb, res.gap
     if status == Status.INFEASIBLE and origin:
@@ -195,7 +196,7 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
     ``options.time_limit`` overall; ``warm_starts``: a layout per ``mesh.key``."""
     t0 = time.perf_counter()
     deadline = time.monotonic() + float(options.time_limit)
-    cands = []
+    cands: list[tuple[float, int, ShardingTables, Reduced]] = []
     for mesh in meshes if meshes is not None else problem_meshes(problem):
         tables = ShardingTables.from_problem(problem, mesh)
         red = reduce_tables(tables, merge_followers=merge_followers)
@@ -214,6 +215,6 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
                          reduced=red)
         done.append(ans)
         if ans.objective is not None and ans.evaluation is not None and ans.evaluation.feasible and (
-                best is None or ans.objective < best.objective):
+                best is None or best.objective is None or ans.objective < best.objective):
             best = ans
     return SearchAnswer(best, tuple(done), tuple(skipped), time.perf_counter() - t0)

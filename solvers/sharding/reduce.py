@@ -105,7 +105,8 @@ def _follow_map(t: ShardingTables, i: int, src: int, ks: list[int]) -> np.ndarra
     """(P_src,) the strategy of op ``i`` in each of its producer's out layouts (operands ``ks`` arrive as
     held, no reduction slot; the cheapest such strategy), or None if some layout has none."""
     outs = t.out_specs[src]
-    cand = ~t.sets[i].slot.any(axis=1)[None, :].repeat(len(outs), 0)
+    no_slot: np.ndarray = ~np.any(t.sets[i].slot, axis=1)  # (Q,) strategies that split no reduction slot
+    cand = no_slot[None, :].repeat(len(outs), 0)
     for k in ks:
         same = np.all(outs[:, None, :] == t.in_specs[i][k][None, :, :], axis=2)  # (P, Q_k)
         cand &= same[:, t.in_index[i][k]]
@@ -117,7 +118,8 @@ def _follow_map(t: ShardingTables, i: int, src: int, ks: list[int]) -> np.ndarra
 
 def followers(t: ShardingTables) -> dict[int, tuple[int, np.ndarray]]:
     """``{op: (producer unit, follow map)}`` of every follower op (see module doc)."""
-    g, out = t.graph, {}
+    g = t.graph
+    out: dict[int, tuple[int, np.ndarray]] = {}
     maps = g.dim_maps
     if maps is None:
         return out
@@ -259,7 +261,8 @@ def _merge_two(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
     cols = np.stack([c for _, _, c in parts])
     urow, row = np.unique(rows, axis=1, return_inverse=True)
     ucol, col = np.unique(cols, axis=1, return_inverse=True)
-    mat = sum(m[np.ix_(urow[j], ucol[j])] for j, (m, _, _) in enumerate(parts))
+    mats = [m[np.ix_(urow[j], ucol[j])] for j, (m, _, _) in enumerate(parts)]
+    mat = sum(mats[1:], start=mats[0])
     return _compact(mat, row.reshape(-1), col.reshape(-1))
 
 
