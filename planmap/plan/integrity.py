@@ -164,8 +164,9 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
         report.problems.append(f"decisions do not fit the model: {e}")
         return report
     throughput = problem.objective == "throughput"
-    # schedule and microbatches follow from the spec, not from the plan
-    solution = replace(solution, schedule=problem.schedule if throughput else None,
+    # schedule and microbatches follow from the spec, not from the plan (an SPMD plan has no pipeline schedule)
+    pipelined = throughput and solution.shardings is None
+    solution = replace(solution, schedule=problem.schedule if pipelined else None,
                        microbatches=problem.microbatches if throughput else 1)
     ev = evaluate(problem, solution)
     report.problems += [f"infeasible: {v}" for v in ev.violations]
