@@ -284,23 +284,23 @@ class OpGraph:
             raise GraphError(f"OpGraph requires topological node order, but edge {bad} goes from node "
                              f"{int(src[bad])} to node {int(self.edge_dst[bad])}")
         if self.operands is not None:
-            self._validate_operands(m)
+            self._validate_operands(self.operands, m)
         if len(self.members_indptr) != n + 1:
             raise GraphError(f"OpGraph.members_indptr requires {n + 1} entries")
         if np.any(self.flops < 0) or np.any(self.bytes_accessed < 0):
             raise GraphError("OpGraph costs must be non-negative")
 
-    def _validate_operands(self, m: int) -> None:
-        ids = np.fromiter(itertools.chain.from_iterable(self.operands), np.int64)
+    def _validate_operands(self, operands: tuple[tuple[int, ...], ...], m: int) -> None:
+        ids = np.fromiter(itertools.chain.from_iterable(operands), np.int64)
         if len(ids) and (ids.min() < 0 or ids.max() >= m):
             raise GraphError("OpGraph.operands requires value ids in [0, num_values)")
         if self.dim_maps is not None:
-            bad = [i for i, (ops, dm) in enumerate(zip(self.operands, self.dim_maps, strict=True))
+            bad = [(i, dm) for i, (ops, dm) in enumerate(zip(operands, self.dim_maps, strict=True))
                    if dm is not None and len(dm.operands) != len(ops)]
             if bad:
-                i = bad[0]
-                raise GraphError(f"OpGraph.dim_maps[{i}] maps {len(self.dim_maps[i].operands)} operands, but node "
-                                 f"{i} has {len(self.operands[i])}")
+                i, dm = bad[0]
+                raise GraphError(f"OpGraph.dim_maps[{i}] maps {len(dm.operands)} operands, but node "
+                                 f"{i} has {len(operands[i])}")
 
     # ---------------------------------------------------------------------------- properties
     @property

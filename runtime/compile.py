@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planmap.runtime.annotate import Spec, annotate_module
 from planmap.runtime.artifact import Artifact, make_context
@@ -16,6 +17,9 @@ from planmap.runtime.ir_graph import EntryGraph
 from planmap.runtime.layout import Layouts
 from planmap.runtime.split import SegmentCut, build_module
 from planmap.runtime.wrap import to_exported
+
+if TYPE_CHECKING:  # jax is imported lazily
+    from jax.stages import Compiled
 
 __all__ = ["CompiledSegment", "compile_segment"]
 
@@ -30,7 +34,7 @@ class CompiledSegment:
     in_specs: tuple[Spec, ...]
     in_shardings: tuple
     out_shardings: tuple
-    fn: object
+    fn: Compiled
     compile_seconds: float
     module_text: str
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 __all__ = ["Terminated", "SignalGuard"]
 
 _SIGNALS = tuple(s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None))
                  if s is not None)
+# What signal.signal takes and returns: a handler, SIG_DFL/SIG_IGN, or None (set outside Python)
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class Terminated(KeyboardInterrupt):
@@ -36,7 +40,7 @@ class SignalGuard:
 
     def __init__(self) -> None:
         self.received: int | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, _Handler] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = signum
@@ -48,11 +52,10 @@ class SignalGuard:
                 self._previous[s] = signal.signal(s, self._handle)
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous.clear()
-        return False
 
     def exit_status(self, default: int = 130) -> int:
         """128 + the signal received, or ``default`` (an interrupt the solver caught itself is a SIGINT)."""

@@ -100,6 +100,7 @@ class DimMapper:
                 return None
             kind = _SH + "add"  # a call of a pointwise function maps its operands like an elementwise op
         n = len(ids)  # spelled out for one and two operands: this runs once per op of the module
+        key: tuple[object, ...]
         if n == 1:  # roles (a contraction's) by identity: the cost model memoises them per attribute and types
             key = (kind, id(outs[0]), id(roles), id(value_types[ids[0]]))
         elif n == 2:
@@ -147,17 +148,17 @@ class DimMapper:
             extra: Any = (op.attributes.get(names[0]), _is_add_body(op, (len(ids) - 1) // 2))
         else:
             extra = tuple(map(op.attributes.get, names))
+        memo_key: tuple | None = (key, extra)
         try:
-            key = (key, extra)
-            return self._memo[key]
+            return self._memo[memo_key]
         except KeyError:
             pass
         except TypeError:  # an unhashable attribute: compute without the memo
-            key = None
+            memo_key = None
         shapes = [value_types[v].type.shape for v in ids]
         dm = _guarded(_by_attrs, kind, shapes, out.type.shape, extra)
-        if key is not None:
-            self._memo[key] = dm
+        if memo_key is not None:
+            self._memo[memo_key] = dm
         return dm
 
 
@@ -206,7 +207,10 @@ def _by_attrs(kind: str, shapes: list[tuple[int, ...]], out: tuple[int, ...], ex
     if kind == _SCATTER:
         return _scatter(extra[0], shapes, out) if extra[1] else None
     if kind == _SH + "gather":
-        return _gather(extra[0], _int_list(extra[1]), shapes, out)
+        slice_sizes = _int_list(extra[1])
+        if slice_sizes is None:  # a gather without its (required) slice_sizes: run it as a unit
+            return None
+        return _gather(extra[0], slice_sizes, shapes, out)
     return _attributed(kind, [_int_list(a) for a in extra], shapes, out)
 
 
@@ -245,10 +249,10 @@ def _attributed(kind: str, a: list[list[int] | None], shapes: list[tuple[int, ..
         return _finish([tuple(a[0] or ())], (), shapes, out)
     if short == "transpose":
         perm = a[0] or []
-        m = [-1] * rank
+        inverse = [-1] * rank
         for i, p in enumerate(perm):
-            m[p] = i
-        return _finish([tuple(m)], (), shapes, out)
+            inverse[p] = i
+        return _finish([tuple(inverse)], (), shapes, out)
     if short in ("reverse", "sort", "concatenate"):
         cut = set(a[0] or ())
         m = tuple(-1 if j in cut else j for j in ident)
@@ -257,11 +261,11 @@ def _attributed(kind: str, a: list[list[int] | None], shapes: list[tuple[int, ..
         k = len(shapes) // 2
         dims = a[0] or []
         kept = [j for j in ident if j not in dims]
-        m = [-1] * rank
+        to_result = [-1] * rank
         for pos, j in enumerate(kept):
-            m[j] = pos
+            to_result[j] = pos
         slots = tuple((d,) * k + (-1,) * k for d in dims)
-        return _finish([tuple(m)] * k + [()] * k, slots, shapes, out)
+        return _finish([tuple(to_result)] * k + [()] * k, slots, shapes, out)
     if short in ("reduce_window", "select_and_scatter"):
         names = _ATTRS[kind]
         vals = dict(zip(names, a, strict=True))
@@ -347,7 +351,8 @@ def _reshape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 def _contraction(roles: DimRoles, shapes: list[tuple[int, ...]], out: tuple[int, ...]) -> DimMap:
     lhs, rhs = [-1] * len(shapes[0]), [-1] * len(shapes[1])
-    extra = [()] * (len(shapes) - 2)  # dynamic_conv's padding operand
+    extra: list[tuple[int, ...]] = [()] * (len(shapes) - 2)  # dynamic_conv's padding operand
+    slots: tuple[tuple[int, ...], ...] = ()
     if roles.op != "convolution":
         for dims, res, m in ((roles.lhs_batch, roles.out_batch, lhs), (roles.rhs_batch, roles.out_batch, rhs),
                              (roles.lhs_free, roles.out_lhs_free, lhs), (roles.rhs_free, roles.out_rhs_free, rhs)):
@@ -359,7 +364,6 @@ def _contraction(roles: DimRoles, shapes: list[tuple[int, ...]], out: tuple[int,
     (f,), (kf,), (ko,), (of,) = (roles.lhs_contracting, roles.rhs_contracting, roles.rhs_free,
                                  roles.out_rhs_free)
     lhs[b] = ob
-    slots: tuple[tuple[int, ...], ...] = ()
     if roles.batch_group_count == 1 and roles.feature_group_count == 1:
         rhs[ko] = of
         slots = ((f, kf) + (-1,) * len(extra),)

@@ -99,11 +99,11 @@ def diff_plans(old: PlanDocument, new: PlanDocument, op_names: list[str] | None 
     ia = {i.role: i for i in old.inputs}
     ib = {i.role: i for i in new.inputs}
     for role in sorted(set(ia) | set(ib)):
-        a, b = ia.get(role), ib.get(role)
-        if (a and a.sha256) != (b and b.sha256):
+        in_a, in_b = ia.get(role), ib.get(role)
+        if (in_a and in_a.sha256) != (in_b and in_b.sha256):
             d.settings.append(f"input {role}: different file contents")
-        elif (a and a.path) != (b and b.path):
-            d.settings.append(f"input {role}: {a and a.path} -> {b and b.path}")
+        elif (in_a and in_a.path) != (in_b and in_b.path):
+            d.settings.append(f"input {role}: {in_a and in_a.path} -> {in_b and in_b.path}")
     _predicted(d, old, new)
     _certificate(d, old.solver, new.solver)
     if old.data_args != new.data_args:

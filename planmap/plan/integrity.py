@@ -149,7 +149,7 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     spec_path = plan.spec_path
     if spec_path is None:
         blocking.append("the plan records no spec input, so it cannot be checked")
-    if blocking or any(m.startswith("stale:") for m in report.problems):
+    if blocking or spec_path is None or any(m.startswith("stale:") for m in report.problems):
         report.problems += blocking
         return report
     spec = load_spec(spec_path)
@@ -164,8 +164,9 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
         report.problems.append(f"decisions do not fit the model: {e}")
         return report
     throughput = problem.objective == "throughput"
-    # schedule and microbatches follow from the spec, not from the plan
-    solution = replace(solution, schedule=problem.schedule if throughput else None,
+    # schedule and microbatches follow from the spec, not from the plan (an SPMD plan has no pipeline schedule)
+    pipelined = throughput and solution.shardings is None
+    solution = replace(solution, schedule=problem.schedule if pipelined else None,
                        microbatches=problem.microbatches if throughput else 1)
     ev = evaluate(problem, solution)
     report.problems += [f"infeasible: {v}" for v in ev.violations]

@@ -22,7 +22,7 @@ import numpy as np
 from planmap.sharding.mesh import LogicalMesh
 from planmap.sharding.specs import Spec, from_partition_spec, is_valid, partition_spec, replicated
 from planmap.sharding.spmd import compress, propagate
-from planmap.sharding.tables import ShardingTables
+from planmap.sharding.tables import ShardingTables, graph_outputs
 
 __all__ = ["TablesCache", "tables_cache", "axis_names", "spmd_solution", "solution_mesh", "solution_overrides",
            "layout_of"]
@@ -139,6 +139,7 @@ def solution_overrides(tables: ShardingTables, shardings: Any) -> dict[int, Spec
     g = tables.graph
     names = [n for n, _ in shardings.mesh_axes]
     sizes = tables.mesh.axis_sizes
+    outputs = graph_outputs(g)
     by_index = {a.index: a for a in g.args}
     out: dict[int, Spec] = {}
     for i, entries in sorted(shardings.args.items()):
@@ -147,7 +148,7 @@ def solution_overrides(tables: ShardingTables, shardings: Any) -> dict[int, Spec
             raise ValueError(f"the plan shards argument {i}, but the model has {len(g.args)} arguments")
         out[a.value] = _checked(entries, a.type.shape, names, sizes, f"argument {i} ({a.name})")
     for (op, r), entries in sorted(shardings.values.items()):
-        if not 0 <= op < g.num_nodes or not 0 <= r < len(g.outputs[op]):
+        if not 0 <= op < g.num_nodes or not 0 <= r < len(outputs[op]):
             raise ValueError(f"the plan constrains op {op} result {r}, which the model does not have "
                              f"({g.num_nodes} ops)")
         v = int(np.flatnonzero((g.value_node == op) & (g.value_index == r))[0])

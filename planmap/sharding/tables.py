@@ -32,7 +32,7 @@ import numpy as np
 
 from planmap.cluster import Topology
 from planmap.cost import CostModel
-from planmap.graph import OpGraph
+from planmap.graph import OpGraph, TensorType
 from planmap.sharding.mesh import LogicalMesh
 from planmap.sharding.reshard import ReshardCache
 from planmap.sharding.specs import Spec, from_assignment, to_assignment
@@ -46,15 +46,21 @@ from planmap.sharding.strategies import (
     unit_strategies,
 )
 
-__all__ = ["ShardingTables", "value_shapes", "graph_operands", "fused_op_costs"]
+__all__ = ["ShardingTables", "value_shapes", "graph_operands", "graph_outputs", "fused_op_costs"]
+
+
+def graph_outputs(graph: OpGraph) -> tuple[tuple[TensorType, ...], ...]:
+    """Result types per op (``ValueError`` when the graph has none: only front-end originals do)."""
+    if graph.outputs is None:
+        raise ValueError(f"sharding tables require result types (OpGraph.outputs) on graph {graph.name!r}")
+    return graph.outputs
 
 
 def value_shapes(graph: OpGraph) -> tuple[tuple[int, ...], ...]:
     """Shape of every value (op results from ``graph.outputs``, arguments from their types)."""
-    if graph.outputs is None:
-        raise ValueError(f"sharding tables require result types (OpGraph.outputs) on graph {graph.name!r}")
+    outputs = graph_outputs(graph)
     arg_shape = {a.value: a.type.shape for a in graph.args}
-    return tuple(arg_shape.get(v, ()) if node < 0 else graph.outputs[node][idx].shape
+    return tuple(arg_shape.get(v, ()) if node < 0 else outputs[node][idx].shape
                  for v, (node, idx) in enumerate(zip(graph.value_node.tolist(), graph.value_index.tolist(),
                                                      strict=True)))
 
@@ -126,7 +132,7 @@ class ShardingTables:
         else:
             roofline, launch = (np.asarray(x, float) for x in op_costs)
         n, sizes, n_axes = graph.num_nodes, mesh.axis_sizes, mesh.num_axes
-        operands, shapes = graph_operands(graph), value_shapes(graph)
+        outputs, operands, shapes = graph_outputs(graph), graph_operands(graph), value_shapes(graph)
         dim_maps = graph.dim_maps if graph.dim_maps is not None else (None,) * n
         value_unit = graph.value_node.astype(np.int64).copy()
         for pos, a in enumerate(graph.args):
@@ -135,13 +141,14 @@ class ShardingTables:
         signatures: dict[tuple, StrategySet] = {}
         sets, compute, comm = [], [], []
         for i in range(n):
-            res = graph.outputs[i][0].shape if graph.outputs[i] else ()
+            res = outputs[i][0].shape if outputs[i] else ()
             op_shapes = tuple(shapes[v] for v in operands[i])
-            key = (res, op_shapes, dim_maps[i])
+            dm = dim_maps[i]
+            key: tuple = (res, op_shapes, dm)
             sset = signatures.get(key)
             if sset is None:
-                sset = (unit_strategies(len(op_shapes), n_axes) if dim_maps[i] is None
-                        else enumerate_strategies(res, op_shapes, dim_maps[i], sizes))
+                sset = (unit_strategies(len(op_shapes), n_axes) if dm is None
+                        else enumerate_strategies(res, op_shapes, dm, sizes))
                 signatures[key] = sset
             c, m = strategy_costs(sset, mesh, float(roofline[i]), float(launch[i]), float(graph.out_bytes[i]))
             sets.append(sset)

@@ -1,7 +1,7 @@
 """The sharding IP (issue 12): the best SPMD layout of a program on each logical mesh, and over all meshes.
 
 :func:`solve_mesh` reduces a mesh's :class:`~planmap.sharding.ShardingTables` (:mod:`.reduce`: followers
-merged, optionally repeated layers tied, exact folds), builds the integer program of :mod:`.model`,
+merged, exact folds; repeated layers are not tied yet), builds the integer program of :mod:`.model`,
 solves it with the shared backend layer (:func:`planmap.solvers.mip.solve_model`: backend by name, time
 limit, gap, threads, seed, passthrough, warm start, progress), and reads back one strategy per unit.
 The answer's layout is checked with :func:`~planmap.sharding.evaluate_spmd`, whose step time is the
@@ -63,7 +63,8 @@ class MeshAnswer:
 
     def certificate_text(self) -> str:
         """One line for a certificate: what the answer is optimal (or bounded) over."""
-        word = {Status.OPTIMAL: "optimal", Status.GAP_REACHED: "within the gap"}.get(self.status, "best found")
+        words: dict[Status | None, str] = {Status.OPTIMAL: "optimal", Status.GAP_REACHED: "within the gap"}
+        word = words.get(self.status, "best found")
         return f"{word} over mesh {self.mesh.shape} × per-op strategies ({'; '.join(self.reductions)})"
 
 
@@ -115,14 +116,13 @@ def _limit(options: SolveOptions, deadline: float | None) -> float:
 
 
 def solve_mesh(tables: ShardingTables, options: SolveOptions, *, warm_start: dict | None = None,
-               deadline: float | None = None, reduced: Reduced | None = None, merge_followers: bool = True,
-               tie_layers: bool = False) -> MeshAnswer:
+               deadline: float | None = None, reduced: Reduced | None = None,
+               merge_followers: bool = True) -> MeshAnswer:
     """The best layout of ``tables`` on its mesh (see the module doc). ``warm_start``: a layout
     ``{value id: spec}`` (e.g. the best baseline's); ``deadline``: a ``time.monotonic()`` instant the
     solve must end by (with ``options.time_limit``, the earlier wins)."""
     t0 = time.perf_counter()
-    red = reduced if reduced is not None else reduce_tables(tables, merge_followers=merge_followers,
-                                                            tie_layers=tie_layers)
+    red = reduced if reduced is not None else reduce_tables(tables, merge_followers=merge_followers)
     data = model_data(red)
     model = build_model(red, data=data, name=tables.graph.name)
     notes: list[str] = []
@@ -153,8 +153,8 @@ def solve_mesh(tables: ShardingTables, options: SolveOptions, *, warm_start: dic
         origin = "ip"
         if not ev.feasible:
             notes.append(f"the MIP's layout needs {ev.memory:.4g} B of {ev.capacity:.4g} B under evaluate_spmd")
-    if start_eval is not None and start_eval.feasible and (ev is None or not ev.feasible
-                                                            or start_eval.step_time < ev.step_time):
+    if warm_start is not None and start_eval is not None and start_eval.feasible and (
+            ev is None or not ev.feasible or start_eval.step_time < ev.step_time):
         strategies, specs, ev, origin = _strategies_of(tables, warm_start), dict(warm_start), start_eval, "warm start"
     status, bound, gap = res.status, None if res.bound is None else res.bound * mb, res.gap
     if status == Status.INFEASIBLE and origin:
@@ -191,16 +191,15 @@ def problem_meshes(problem: Problem) -> list[LogicalMesh]:
 
 
 def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tuple, dict] | None = None,
-              meshes: list[LogicalMesh] | None = None, merge_followers: bool = True,
-              tie_layers: bool = False) -> SearchAnswer:
+              meshes: list[LogicalMesh] | None = None, merge_followers: bool = True) -> SearchAnswer:
     """Solve every mesh of ``problem`` (cheapest lower bound first, skipping meshes that cannot win) within
     ``options.time_limit`` overall; ``warm_starts``: a layout per ``mesh.key``."""
     t0 = time.perf_counter()
     deadline = time.monotonic() + float(options.time_limit)
-    cands = []
+    cands: list[tuple[float, int, ShardingTables, Reduced]] = []
     for mesh in meshes if meshes is not None else problem_meshes(problem):
         tables = ShardingTables.from_problem(problem, mesh)
-        red = reduce_tables(tables, merge_followers=merge_followers, tie_layers=tie_layers)
+        red = reduce_tables(tables, merge_followers=merge_followers)
         cands.append((mesh_lower_bound(red) * tables.microbatches, len(cands), tables, red))
     cands.sort(key=lambda c: (c[0], c[1]))
     best: MeshAnswer | None = None
@@ -216,6 +215,6 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
                          reduced=red)
         done.append(ans)
         if ans.objective is not None and ans.evaluation is not None and ans.evaluation.feasible and (
-                best is None or ans.objective < best.objective):
+                best is None or best.objective is None or ans.objective < best.objective):
             best = ans
     return SearchAnswer(best, tuple(done), tuple(skipped), time.perf_counter() - t0)

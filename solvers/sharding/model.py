@@ -9,7 +9,7 @@
 * memory: Σ memory·x + peak ≤ capacity (rows dropped when no layout can exceed it);
 * objective: Σ cost·x + Σ matrix·e + the constant groups' costs, seconds per microbatch in
   ``m.time_unit`` units;
-* tied groups (repeated layers): equal strategy indices.
+* tied groups (``Reduced.tied``, empty until repeated layers are tied): equal strategy indices.
 
 Every array is built with numpy; Pyomo components are indexed by flat ranges and their rules read
 prepared CSR arrays, so the build costs one Python call per row, not per coefficient.

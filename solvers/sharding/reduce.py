@@ -10,14 +10,14 @@ The IP of :mod:`.model` does not read :class:`~planmap.sharding.ShardingTables` 
   layout: its operands arrive as the producer holds them, its result is their image. Its strategy is
   then a function of the producer's, and it joins the producer's *group* (chains merge transitively).
   A follower whose producer has some layout it cannot follow (divisibility) stays free;
-* **repeated layers are tied** (stated, optional): groups of corresponding ops of identical layers
-  (``graph.layer``; same op kinds, shapes and strategy sets in the same order, same producer
-  pattern) take the same strategy index;
 * edges inside a group become part of the group's cost; parallel edges between two groups are summed
   into one matrix; identical rows and columns of a matrix are merged; and an edge whose matrix is
   *additive* (``M[p, q] = a[p] + b[q]``: one side has a single layout, e.g. a unit op or an argument
   of one valid spec, or the cost does not depend on the pairing) is folded into the two groups'
   costs. These keep the optimum exactly: a group with one strategy is then a constant.
+
+Repeated layers are not tied yet: corresponding groups of identical layers each choose their own
+strategy (:attr:`Reduced.tied`, which the IP can express, stays empty).
 
 Each group holds, per group strategy ``s``, the strategy of every member (``choice``), and its cost
 (compute + comm of the members + folded edges), additive memory and working set (the members'
@@ -47,7 +47,8 @@ class Reduced:
     under each group strategy; ``cost``/``memory``/``working[g]`` (K_g,) seconds per microbatch /
     bytes per device; ``edge_src``/``edge_dst`` groups of each edge, ``edge_matrix`` (P, Q) seconds,
     ``edge_row`` (K_src,) / ``edge_col`` (K_dst,) the matrix row/column of each group strategy;
-    ``tied``: tuples of groups that take the same strategy index; ``notes``: the reductions applied."""
+    ``tied``: tuples of groups that take the same strategy index (empty: no reduction ties groups yet);
+    ``notes``: the reductions applied."""
 
     tables: ShardingTables
     group_of: np.ndarray
@@ -104,7 +105,8 @@ def _follow_map(t: ShardingTables, i: int, src: int, ks: list[int]) -> np.ndarra
     """(P_src,) the strategy of op ``i`` in each of its producer's out layouts (operands ``ks`` arrive as
     held, no reduction slot; the cheapest such strategy), or None if some layout has none."""
     outs = t.out_specs[src]
-    cand = ~t.sets[i].slot.any(axis=1)[None, :].repeat(len(outs), 0)
+    no_slot: np.ndarray = ~np.any(t.sets[i].slot, axis=1)  # (Q,) strategies that split no reduction slot
+    cand = no_slot[None, :].repeat(len(outs), 0)
     for k in ks:
         same = np.all(outs[:, None, :] == t.in_specs[i][k][None, :, :], axis=2)  # (P, Q_k)
         cand &= same[:, t.in_index[i][k]]
@@ -116,7 +118,8 @@ def _follow_map(t: ShardingTables, i: int, src: int, ks: list[int]) -> np.ndarra
 
 def followers(t: ShardingTables) -> dict[int, tuple[int, np.ndarray]]:
     """``{op: (producer unit, follow map)}`` of every follower op (see module doc)."""
-    g, out = t.graph, {}
+    g = t.graph
+    out: dict[int, tuple[int, np.ndarray]] = {}
     maps = g.dim_maps
     if maps is None:
         return out
@@ -193,8 +196,7 @@ def _additive(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return None
 
 
-def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, tie_layers: bool = False,
-                  split_axes: bool = True) -> Reduced:
+def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, split_axes: bool = True) -> Reduced:
     """The reduced decision space of ``t`` (see the module doc); ``merge_followers=False`` keeps every unit
     its own group (only the exact rewrites apply); ``split_axes=False`` keeps every edge matrix whole."""
     follow = followers(t) if merge_followers else {}
@@ -244,12 +246,6 @@ def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, tie_layers
     notes.append(f"{const} of {G} groups have one strategy (constants); {internal} edges inside groups, "
                  f"{folded} additive edges folded into costs, {len(em)} edges modelled")
     tied: tuple[tuple[int, ...], ...] = ()
-    if tie_layers:
-        from .layers import tie_repeated_layers
-
-        tied = tie_repeated_layers(t, group_of, members, choice)
-        if tied:
-            notes.append(f"repeated layers tied ({len(tied)} sets of corresponding groups share one strategy)")
     ro = _ro
     return Reduced(t, ro(group_of), tuple(ro(m) for m in members), tuple(ro(c) for c in choice),
                    tuple(ro(np.asarray(c, float)) for c in cost), tuple(ro(np.asarray(m, float)) for m in memory),
@@ -265,7 +261,8 @@ def _merge_two(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
     cols = np.stack([c for _, _, c in parts])
     urow, row = np.unique(rows, axis=1, return_inverse=True)
     ucol, col = np.unique(cols, axis=1, return_inverse=True)
-    mat = sum(m[np.ix_(urow[j], ucol[j])] for j, (m, _, _) in enumerate(parts))
+    mats = [m[np.ix_(urow[j], ucol[j])] for j, (m, _, _) in enumerate(parts)]
+    mat = sum(mats[1:], start=mats[0])
     return _compact(mat, row.reshape(-1), col.reshape(-1))
 
 

@@ -57,12 +57,12 @@ class Sharding:
         ip, why_not = _ip_module()
         if ip is not None:
             left = max(options.time_limit - (time.perf_counter() - t0), 1e-3)
-            sol = _ip_answer(ip, problem, replace(options, time_limit=left), [f[2] for f in sorted(found)])
-            if sol is not None:
-                ev = evaluate(problem, sol)
-                proven = sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED)
+            ip_sol = _ip_answer(ip, problem, replace(options, time_limit=left), [f[2] for f in sorted(found)])
+            if ip_sol is not None:
+                ev = evaluate(problem, ip_sol)
+                proven = ip_sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED)
                 # the IP's proof covers the baselines, so on a tie its answer (and certificate) wins
-                found.append(((not ev.feasible, ev.objective * (1 - 1e-9 if proven else 1)), -1, sol))
+                found.append(((not ev.feasible, ev.objective * (1 - 1e-9 if proven else 1)), -1, ip_sol))
         if not found:
             raise SolverUnavailableError(f"sharding found no SPMD layout for {problem.name}: " + "; ".join(skipped))
         best = min(found, key=lambda f: f[:2])[2]

@@ -31,9 +31,10 @@ def test_problem_normalises_strings_to_members():
 
 
 def test_solve_options_from_spec_with_overrides():
-    cfg = SolverConfig(time_limit="5s", rel_gap=0.02, threads=3, seed=7, backend="cbc", options={"a": 1})
+    cfg = SolverConfig(time_limit="5s", rel_gap=0.02, threads=3, seed=7, backend="cbc", options={"maxNodes": 1})
     o = SolveOptions.from_spec(cfg)
-    assert (o.time_limit, o.rel_gap, o.threads, o.seed, o.backend, o.passthrough) == (5.0, 0.02, 3, 7, "cbc", {"a": 1})
+    assert (o.time_limit, o.rel_gap, o.threads, o.seed, o.backend, o.passthrough) == (
+        5.0, 0.02, 3, 7, "cbc", {"maxNodes": 1})
     o = SolveOptions.from_spec(cfg, rel_gap=0.0, threads=None, time_limit=1.5)
     assert (o.time_limit, o.rel_gap, o.threads) == (1.5, 0.0, 3)  # None means "not given": the spec's value
 

@@ -122,3 +122,27 @@ def test_auto_keeps_the_best_of_pipelines_and_sharding_for_every_example_spec():
                 assert "not applicable" in str(e), spec_path.name
                 continue
             assert best.objective <= other.objective * (1 + 1e-9), (spec_path.name, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("solver", ["data-parallel", "fsdp", "megatron"])
+def test_solved_spmd_plans_run_and_verify_on_eight_devices(tmp_path, planmap_exe, solver):
+    """``planmap solve --solver X`` then ``planmap run --verify``: the sharded program matches one device."""
+    import os
+    import shutil
+    import subprocess
+
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    plan = tmp_path / "plans" / f"{solver}.plan.yaml"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    solved = subprocess.run([planmap_exe, "solve", "specs/gpt-8dev.yaml", "--solver", solver, "-o", str(plan), "-q"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert solved.returncode == 0, solved.stderr
+    text = plan.read_text()
+    assert "shardings:" in text and "spec:" in text  # the plan carries PartitionSpecs
+    checked = subprocess.run([planmap_exe, "check", str(plan)], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=600)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    ran = subprocess.run([planmap_exe, "run", str(plan), "--verify", "--steps", "1"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
