@@ -50,7 +50,7 @@ from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions, Status
 from planmap.vocabulary import ObjectiveKind
 
-from .. import mip
+from .. import mip, mip_backends
 from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
 from .data import MEMORY_MARGIN, LatencyData, charge_levels, interchangeable_devices, prepare
@@ -421,7 +421,7 @@ class LatencyIP:
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
-        mip.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
+        mip_backends.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
         start, start_name, notes = best_baseline(problem, options, options.time_limit)
         start_latency = evaluate(problem, start).objective if start is not None else None
         if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
