@@ -12,6 +12,7 @@ import numpy as np
 from planmap.problem import Problem
 from planmap.vocabulary import ThroughputVariant
 
+from ..mip_model import by_second, lin, new_model
 from .ip_data import IPData, prepare
 
 __all__ = ["MEMORY_MARGIN", "build_model"]
@@ -27,18 +28,12 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
     cut off early, and nothing better than the start is lost.
     """
     import pyomo.environ as pyo
-    from pyomo.core.expr.numeric_expr import LinearExpression
 
     dt = data if data is not None else prepare(problem)
     U, D, u = dt.U, dt.D, dt.time_scale
     V = len(dt.val_prod)
     H = (horizon / u) * (1 + 1e-6) if horizon is not None and math.isfinite(horizon) else None
-    m = pyo.ConcreteModel(name=f"throughput-ip:{problem.name}")
-    m.time_unit = u
-    m.data = dt
-
-    def lin(coefs, vars_, const=0.0):
-        return LinearExpression(constant=const, linear_coefs=list(coefs), linear_vars=list(vars_))
+    m = new_model(f"throughput-ip:{problem.name}", u, dt)
 
     # ---------------------------------------------------------------------------------- Sets
     m.Un = pyo.RangeSet(0, U - 1, doc="units: colocation classes (a classless node is its own)")
@@ -131,12 +126,7 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
                 r = pair_send[j, d, b] / u
                 if b != d and r > 0 and dt.allowed[c, b]:
                     m.send_rate.add(lin([1.0, -r, -r], [m.O[j, d], m.x[p, d], m.x[c, b]]) >= -r)
-    ins: list[list[int]] = [[] for _ in range(D)]
-    outs: list[list[int]] = [[] for _ in range(D)]
-    for j, d in in_idx:
-        ins[d].append(j)
-    for j, d in out_idx:
-        outs[d].append(j)
+    ins, outs = by_second(in_idx, D), by_second(out_idx, D)
 
     def _load(back: bool):
         t = dt.tb if back else dt.tf
@@ -235,7 +225,7 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
                                                               + ([m.x[a, d]] if dt.allowed[a, d] else [])) <= 0)
         m.symmetry = pyo.Constraint([(a, k) for a in range(U) for k in range(len(sym))],
                                     doc="identical devices take units in order of their first unit",
-                                    rule=lambda m, a, k: _sym_rule(m, a, k, sym, dt, lin))
+                                    rule=lambda m, a, k: _sym_rule(m, a, k, sym, dt))
     # 1F1B: in flight = min(m, used stages after + 1)
     m.after_def = pyo.Constraint(list(m.after.keys()), doc="e is a used stage after d",
                                  rule=lambda m, d, e: lin([1.0, -1.0, -1.0],
@@ -265,7 +255,7 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
     return m
 
 
-def _sym_rule(m, a, k, sym, dt, lin):
+def _sym_rule(m, a, k, sym, dt):
     import pyomo.environ as pyo
 
     d, e = sym[k]

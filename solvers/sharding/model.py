@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..mip_model import lin as linear
+from ..mip_model import new_model
 from .reduce import Reduced
 
 __all__ = ["ModelData", "model_data", "build_model", "load_start", "read_choice"]
@@ -76,17 +78,14 @@ def model_data(red: Reduced) -> ModelData:
 def build_model(red: Reduced, *, data: ModelData | None = None, name: str = "sharding"):
     """The sharding IP of ``red`` as a Pyomo ``ConcreteModel`` (objective in ``m.time_unit`` seconds)."""
     import pyomo.environ as pyo
-    from pyomo.core.expr.numeric_expr import LinearExpression
 
     dt = data if data is not None else model_data(red)
     u = TIME_UNIT
     counts = red.counts
-    m = pyo.ConcreteModel(name=f"sharding-ip:{name}")
-    m.time_unit = u
-    m.data = dt
+    m = new_model(f"sharding-ip:{name}", u, dt)
 
-    def lin(coefs, vars_, const=0.0):
-        return LinearExpression(constant=const, linear_coefs=[float(c) for c in coefs], linear_vars=list(vars_))
+    def lin(coefs, vars_, const=0.0):  # coefficients come as numpy arrays here
+        return linear([float(c) for c in coefs], vars_, const)
 
     # ---------------------------------------------------------------------------------- Sets
     m.G = pyo.Set(initialize=dt.free.tolist(), doc="groups with more than one strategy")
