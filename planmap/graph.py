@@ -30,7 +30,7 @@ from numpy.typing import ArrayLike
 
 from planmap.errors import InputError
 
-__all__ = ["TensorType", "DimRoles", "DimMap", "Arg", "OpGraph", "GraphError", "topological_order"]
+__all__ = ["TensorType", "DimRoles", "DimMap", "Arg", "OpGraph", "GraphError", "UnionFind", "topological_order"]
 
 
 class GraphError(ValueError):
@@ -416,3 +416,23 @@ def topological_order(k: int, pairs, tiebreak=None) -> list[int] | None:
             if indeg[w] == 0:
                 heapq.heappush(heap, (key[w], w))
     return order if len(order) == k else None
+
+
+class UnionFind:
+    """Disjoint sets over ``0..k-1`` (path halving); each set is named by its smallest member, so
+    labels do not depend on the order of the unions."""
+
+    def __init__(self, k: int) -> None:
+        self.parent = list(range(k))
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)

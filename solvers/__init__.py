@@ -2,11 +2,12 @@
 
 One subpackage per family — :mod:`.latency` (the latency IP), :mod:`.pipeline` (``dp``, PipeDream,
 the throughput IP), :mod:`.heuristics` (greedy, even/single, METIS, local search) — over a shared
-layer of public modules any solver may use: :mod:`.mip` (Pyomo and MIP backends), :mod:`.segments`
+layer of public modules any solver may use: :mod:`.mip` (solving Pyomo models), :mod:`.mip_backends`
+(the MIP backends and their options), :mod:`.mip_model` (model-building helpers), :mod:`.segments`
 (stages from a device assignment), :mod:`.repair` (valid assignments, last resorts) and
-:mod:`.node_memory`. :mod:`.ip` picks the latency or the throughput IP by objective. The shared
-layer imports neither a subpackage nor this registry, and the import graph has no cycle
-(tests/test_imports.py checks both).
+:mod:`.node_memory`. :mod:`.ip` picks the latency or the throughput IP by objective, importing it
+with this registry's :func:`import_solver_module`. The shared layer imports neither a subpackage
+nor this registry, and the import graph has no cycle (tests/test_imports.py checks both).
 
 The registry maps names to ``"module:Class"`` strings and imports a solver only when it is asked
 for, so ``planmap validate`` never pays for pyomo or torch. Third-party solvers register through
@@ -18,13 +19,13 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.problem import Problem, Solver
 from planmap.vocabulary import ObjectiveKind
 
-__all__ = ["BUILTIN", "SolverInfo", "available", "get", "names", "auto_candidates"]
+__all__ = ["BUILTIN", "SolverInfo", "available", "get", "import_solver_module", "names", "auto_candidates"]
 
 BUILTIN = MappingProxyType({
     "ip": "planmap.solvers.ip:IP",
@@ -73,16 +74,23 @@ def get(name: str) -> Solver:
     if name not in targets:
         raise PlanmapError(f"unknown solver {name!r}; available: {', '.join(sorted(targets))}")
     module, _, cls = targets[name].partition(":")
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name and (e.name == module or module.startswith(e.name + ".")):
-            raise SolverUnavailableError(f"solver {name!r} is not part of this installation ({module})") from None
-        extra = _EXTRAS.get(name)
-        hint = f"pip install 'planmap[{extra}]'" if extra else f"pip install {e.name}"
-        raise SolverUnavailableError(f"solver {name!r} needs the package {e.name!r}: {hint}") from None
+    mod = import_solver_module(module, f"solver {name!r}", _EXTRAS.get(name))
     solver = getattr(mod, cls)()
     return solver
+
+
+def import_solver_module(module: str, what: str, extra: str | None) -> ModuleType:
+    """Import a solver's ``module``, turning a missing module into a :class:`SolverUnavailableError`:
+    ``what`` (e.g. ``"solver 'metis'"``) "is not part of this installation" when the module itself is
+    missing, else it "needs the package" it lacks, with the install command (the ``planmap[extra]``
+    extra when given, else the package itself)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (e.name == module or module.startswith(e.name + ".")):
+            raise SolverUnavailableError(f"{what} is not part of this installation ({module})") from None
+        hint = f"pip install 'planmap[{extra}]'" if extra else f"pip install {e.name}"
+        raise SolverUnavailableError(f"{what} needs the package {e.name!r}: {hint}") from None
 
 
 def available() -> list[SolverInfo]:

@@ -7,11 +7,11 @@ missing or broken throughput module never blocks latency solves.
 
 from __future__ import annotations
 
-import importlib
-
 from planmap.errors import SolverUnavailableError
 from planmap.problem import Problem, Solution, SolveOptions
 from planmap.vocabulary import ObjectiveKind
+
+from . import import_solver_module
 
 __all__ = ["IP"]
 
@@ -27,14 +27,7 @@ class IP:
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         module, cls = _TARGETS[problem.objective]
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name and (e.name == module or module.startswith(e.name + ".")):
-                raise SolverUnavailableError(f"the {problem.objective} IP ({module}) is not part of this "
-                                             "installation") from None
-            raise SolverUnavailableError(f"the {problem.objective} IP needs the package {e.name!r}: "
-                                         "pip install 'planmap[ip]'") from None
+        mod = import_solver_module(module, f"the {problem.objective} IP", "ip")
         solver = getattr(mod, cls, None)
         if solver is None:
             raise SolverUnavailableError(f"{module} has no {cls}; the {problem.objective} IP is not available")

@@ -4,14 +4,15 @@ A solver builds a ``pyo.ConcreteModel``, optionally loads a warm start into its 
 ``var.set_value``), and calls :func:`solve_model`. This module owns everything that depends on the
 MIP backend, so the models stay backend-free:
 
-* **Choosing a backend by name** (:data:`BACKENDS`): ``highs`` (default, embedded through highspy)
-  via the persistent ``pyomo.contrib.solver`` interface — not the legacy ``SolverFactory(...).solve
-  (timelimit=...)``, which overwrites the solver config; ``gurobi`` and ``scip`` via their
-  ``pyomo.contrib.solver`` direct interfaces; ``cbc``, ``glpk`` and ``cplex`` via Pyomo's classic
-  shell interfaces. A backend that is not installed raises :class:`SolverUnavailableError` saying
-  how to install it; an unknown name raises :class:`PlanmapError` listing the known ones.
+* **Choosing a backend by name** (the table lives in :mod:`planmap.solvers.mip_backends`): ``highs``
+  (default, embedded through highspy) via the persistent ``pyomo.contrib.solver`` interface — not
+  the legacy ``SolverFactory(...).solve(timelimit=...)``, which overwrites the solver config;
+  ``gurobi`` and ``scip`` via their ``pyomo.contrib.solver`` direct interfaces; ``cbc``, ``glpk``
+  and ``cplex`` via Pyomo's classic shell interfaces. A backend that is not installed raises
+  :class:`SolverUnavailableError` saying how to install it; an unknown name raises
+  :class:`PlanmapError` listing the known ones.
 * **Options**: time limit, relative gap, threads, seed and passthrough options, translated into
-  each backend's own option names.
+  each backend's own option names (the names live with the backend table).
 * **Warm start**: the variables' current values are handed to the backend as a MIP start. With
   HiGHS the start is checked: its log must say the start was feasible, else ``warm_start`` in the
   result says it was rejected (and the caller can still fall back on the start itself).
@@ -34,11 +35,9 @@ HiGHS so it can be re-solved with variables fixed in place (large-neighbourhood 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import math
 import re
-import shutil
 import signal
 import threading
 import time
@@ -48,20 +47,17 @@ from typing import Any
 
 import numpy as np
 
-from planmap.errors import PlanmapError, SolverUnavailableError
+from planmap.errors import SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions, Status, relative_gap
 
+from .mip_backends import BACKENDS, Backend, check_passthrough, get_backend, options_record
+
 __all__ = [
-    "Backend",
-    "BACKENDS",
     "HighsSession",
     "MipResult",
     "ProgressPoint",
-    "available_backends",
-    "check_passthrough",
     "choose_answer",
-    "get_backend",
     "solve_model",
     "status_for",
     "unproven_if_infeasible",
@@ -95,42 +91,6 @@ def unproven_if_infeasible(status: Status, bound: float | None, gap: float | Non
         return status, bound, gap, notes
     return Status.HEURISTIC, None, None, [*notes, "the backend called the model infeasible though the warm start "
                                                    "satisfies it; unproven"]
-
-
-@dataclass(frozen=True)
-class Backend:
-    """A MIP backend planmap can drive: how Pyomo reaches it, how to tell it is installed, how to
-    install it, and the names of its options (shell backends only; contrib ones share names)."""
-
-    name: str
-    interface: str  # "highs" | "contrib" | "legacy"
-    pyomo_name: str
-    install: str
-    module: str | None = None  # python module the backend needs
-    executable: str | None = None  # program the backend needs on PATH
-    time_limit: str | None = None
-    rel_gap: str | None = None
-    threads: str | None = None
-    seed: str | None = None
-    warm_start: bool = True
-
-
-BACKENDS: dict[str, Backend] = {
-    "highs": Backend("highs", "highs", "highs", "pip install highspy  (or: pip install 'planmap[ip]')",
-                     module="highspy"),
-    "gurobi": Backend("gurobi", "contrib", "gurobi_direct", "pip install gurobipy  (and a Gurobi license)",
-                      module="gurobipy"),
-    "scip": Backend("scip", "contrib", "scip_direct", "pip install pyscipopt", module="pyscipopt"),
-    "cbc": Backend("cbc", "legacy", "cbc", "apt-get install coinor-cbc  (or: conda install -c conda-forge "
-                   "coin-or-cbc); the `cbc` program must be on PATH", executable="cbc",
-                   time_limit="sec", rel_gap="ratioGap", threads="threads", seed="randomCbcSeed"),
-    "glpk": Backend("glpk", "legacy", "glpk", "apt-get install glpk-utils  (or: conda install -c conda-forge "
-                    "glpk); the `glpsol` program must be on PATH", executable="glpsol",
-                    time_limit="tmlim", rel_gap="mipgap", warm_start=False),
-    "cplex": Backend("cplex", "legacy", "cplex", "install IBM ILOG CPLEX and put the `cplex` program on PATH",
-                     executable="cplex", time_limit="timelimit", rel_gap="mipgap", threads="threads",
-                     seed="randomseed"),
-}
 
 
 @dataclass(frozen=True)
@@ -171,35 +131,6 @@ class MipResult:
         return self.status == Status.INTERRUPTED
 
 
-# ------------------------------------------------------------------------------------ backends
-def available_backends() -> list[str]:
-    """Names of the backends installed here, in :data:`BACKENDS` order."""
-    out = []
-    for name in BACKENDS:
-        try:
-            get_backend(name)
-        except PlanmapError:
-            continue
-        out.append(name)
-    return out
-
-
-def get_backend(name: str) -> Backend:
-    """The backend called ``name`` if it is installed; otherwise an error that says how to get it."""
-    key = name.lower()
-    if key not in BACKENDS:
-        raise PlanmapError(f"unknown MIP backend {name!r}; planmap knows {', '.join(BACKENDS)}")
-    b = BACKENDS[key]
-    missing = None
-    if b.module is not None and importlib.util.find_spec(b.module) is None:
-        missing = f"the Python package {b.module!r}"
-    elif b.executable is not None and shutil.which(b.executable) is None:
-        missing = f"the program {b.executable!r} on PATH"
-    if missing:
-        raise SolverUnavailableError(f"MIP backend {b.name!r} needs {missing}, which is not installed: {b.install}")
-    return b
-
-
 def status_for(termination: str, has_solution: bool, gap: float | None) -> Status | None:
     """Map a backend termination word onto :class:`Status` (None: stopped with nothing to show)."""
     t = termination.lower()
@@ -212,14 +143,6 @@ def status_for(termination: str, has_solution: bool, gap: float | None) -> Statu
     if "optimal" in t or "convergence" in t:
         return Status.OPTIMAL if gap is None or gap <= OPTIMAL_GAP else Status.GAP_REACHED
     return Status.TIME_LIMIT  # time, node, iteration or solution limits: stopped with an incumbent
-
-
-def _options_record(backend: Backend, options: SolveOptions) -> dict[str, Any]:
-    rec: dict[str, Any] = {"backend": backend.name, "time_limit": options.time_limit, "rel_gap": options.rel_gap,
-                           "threads": options.threads, "seed": options.seed}
-    if options.passthrough:
-        rec["passthrough"] = dict(sorted(options.passthrough.items()))
-    return rec
 
 
 # ------------------------------------------------------------------------------------ Ctrl-C
@@ -300,17 +223,6 @@ def solve_model(model, options: SolveOptions, *, warm_start: bool = False, scale
     if backend.interface == "contrib":
         return _solve_contrib(model, options, backend, warm_start, scale)
     return _solve_legacy(model, options, backend, warm_start, scale)
-
-
-def check_passthrough(backend: str, passthrough: dict[str, Any]) -> None:
-    """Refuse options outside the backend's allow-list (:mod:`planmap.spec.backend_options`): a spec is
-    validated already, this guards callers of the library that build SolveOptions themselves."""
-    from planmap.spec.backend_options import option_error
-
-    for key, value in passthrough.items():
-        bad = option_error(backend, key, value)
-        if bad is not None:
-            raise PlanmapError(f"solver.options: {bad[0]} (allowed: {bad[1]})")
 
 
 def _objective_sense(model) -> float:
@@ -456,7 +368,7 @@ class HighsSession:
             backend=backend.name, version="highs " + ".".join(map(str, self.opt.version())), termination=termination,
             status=status_for(termination, has, gap), has_solution=has, incumbent=conv(incumbent),
             bound=conv(bound), gap=gap, warm_start=warm, translate_time=self.translate_time, solve_time=solve_time,
-            history=tuple(rec.points), log=log, options=_options_record(backend, options))
+            history=tuple(rec.points), log=log, options=options_record(backend, options))
 
 
 def _solve_contrib(model, options: SolveOptions, backend: Backend, warm_start: bool, scale: float) -> MipResult:
@@ -478,7 +390,7 @@ def _solve_contrib(model, options: SolveOptions, backend: Backend, warm_start: b
     except KeyboardInterrupt:
         return MipResult(backend.name, "", "Interrupted by user", None, False, None, None, None,
                          "unknown" if warm_start else "not given", 0.0, time.perf_counter() - t0,
-                         options=_options_record(backend, options))
+                         options=options_record(backend, options))
     solve_time = time.perf_counter() - t0
     termination = str(res.termination_condition.name)
     has = res.incumbent_objective is not None
@@ -493,7 +405,7 @@ def _solve_contrib(model, options: SolveOptions, backend: Backend, warm_start: b
         incumbent=rec._conv(incumbent), bound=rec._conv(bound), gap=gap,
         warm_start="unknown" if warm_start else "not given", translate_time=0.0, solve_time=solve_time,
         history=tuple(rec.points), log=str(getattr(res, "solver_log", "") or ""),
-        options=_options_record(backend, options))
+        options=options_record(backend, options))
 
 
 def _solve_legacy(model, options: SolveOptions, backend: Backend, warm_start: bool, scale: float) -> MipResult:
@@ -543,7 +455,7 @@ def _solve_legacy(model, options: SolveOptions, backend: Backend, warm_start: bo
         incumbent=rec._conv(incumbent), bound=rec._conv(bound), gap=gap,
         warm_start=("unknown" if use_warm else ("not supported" if warm_start else "not given")),
         translate_time=0.0, solve_time=solve_time, history=tuple(rec.points), log=stream.getvalue(),
-        options=_options_record(backend, options))
+        options=options_record(backend, options))
 
 
 def _highs_start_verdict(log: str) -> str:

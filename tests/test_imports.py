@@ -25,6 +25,7 @@ CORE_ALLOWED = {
 REGISTRY_USERS = {
     "planmap.solvers.latency.baselines": "the latency IP's warm start is the best installed baseline",
     "planmap.solvers.heuristics.local_search": "local search starts from the best installed start solver",
+    "planmap.solvers.ip": "the ip dispatcher imports its IP under the registry's missing-module rule",
 }
 
 

@@ -15,6 +15,7 @@ from typing import TypedDict
 import numpy as np
 
 from planmap.evaluate import Evaluation
+from planmap.graph import UnionFind
 from planmap.problem import Problem, Solution
 
 from ..repair import repair
@@ -57,21 +58,12 @@ def _latency_groups(problem: Problem, dev: np.ndarray, sol: Solution, units_of) 
 
 def _components(n: int, s: np.ndarray, d: np.ndarray, members: np.ndarray) -> list[list[int]]:
     """Connected components (union-find) of ``members`` under the edges (s, d)."""
-    parent = list(range(n))
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    sets = UnionFind(n)
     for a, b in zip(s.tolist(), d.tolist(), strict=True):
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
+        sets.union(a, b)
     comps: dict[int, list[int]] = {}
     for v in members.tolist():
-        comps.setdefault(find(v), []).append(v)
+        comps.setdefault(sets.find(v), []).append(v)
     return list(comps.values())
 
 

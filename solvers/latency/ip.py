@@ -50,7 +50,8 @@ from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions, Status
 from planmap.vocabulary import ObjectiveKind
 
-from .. import mip
+from .. import mip, mip_backends
+from ..mip_model import by_second, lin, new_model
 from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
 from .data import MEMORY_MARGIN, LatencyData, charge_levels, interchangeable_devices, prepare
@@ -77,7 +78,6 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     is ignored when ``data`` (from :func:`prepare`) is given.
     """
     import pyomo.environ as pyo
-    from pyomo.core.expr.numeric_expr import LinearExpression
 
     dt = data if data is not None else prepare(problem, horizon, bounds=cuts)
     n, S, U, D = dt.n, dt.num_slots, dt.num_units, problem.num_devices
@@ -86,12 +86,7 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     units_on = [np.flatnonzero(unit_dev == d) for d in range(D)]
     xs = dt.allowed[:, unit_dev]  # (n, U) x exists
     src, dst = dt.edges
-    m = pyo.ConcreteModel(name=f"latency-ip:{problem.name}")
-    m.time_unit = dt.time_scale
-    m.data = dt
-
-    def lin(coefs, vars_, const=0.0):
-        return LinearExpression(constant=const, linear_coefs=list(coefs), linear_vars=list(vars_))
+    m = new_model(f"latency-ip:{problem.name}", dt.time_scale, dt)
 
     # ---------------------------------------------------------------------------------- Sets
     m.N = pyo.RangeSet(0, n - 1, doc="nodes of the (coarsened) graph, in topological order")
@@ -296,12 +291,7 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
         return lin([1.0, -level] + [-level] * len(terms), [m.delay[i], m.x[c, w]] + terms) >= -level
     m.cpu_delay = pyo.Constraint(delay_rows, rule=_delay_level, doc="a CPU node waits for what it receives")
 
-    ins: list[list[int]] = [[] for _ in range(S)]
-    outs: list[list[int]] = [[] for _ in range(S)]
-    for j, s_ in in_pairs:
-        ins[s_].append(j)
-    for j, s_ in out_pairs:
-        outs[s_].append(j)
+    ins, outs = by_second(in_pairs, S), by_second(out_pairs, S)
 
     def _duration(m, s):
         d = int(unit_dev[s])
@@ -421,7 +411,7 @@ class LatencyIP:
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
-        mip.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
+        mip_backends.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
         start, start_name, notes = best_baseline(problem, options, options.time_limit)
         start_latency = evaluate(problem, start).objective if start is not None else None
         if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):

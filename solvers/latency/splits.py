@@ -122,12 +122,7 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
     max_use = np.full(len(vals), -1, np.int64)
     np.maximum.at(max_use, val_of_use, use_pos)
     plast = np.full(len(pvals), -1, np.int64)
-    # cut positions that split a colocation class are forbidden
-    cls = g.colocation[order]
-    cut_ok = np.ones(n + 1, bool)
-    for c in np.unique(cls[cls >= 0]).tolist():
-        p = np.flatnonzero(cls == c)
-        cut_ok[p[0] + 1: p[-1] + 1] = False
+    cut_ok = _cuts_allowed(g.colocation[order])
     node_mem = g.state_bytes.astype(float)[order]
     if problem.mode is Mode.TRAINING:
         node_mem = node_mem + cost.stash_bytes[order]
@@ -194,13 +189,10 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
             gk = group[k - 1]
             if gk not in durs:
                 pre_t, bad, r, s, cap = dev_cost[gk]
-                rdiff = np.zeros(n + 2)
-                np.add.at(rdiff, lo, r[rv])
-                np.add.at(rdiff, hi + 1, -r[rv])
                 sdiff = np.zeros(n + 1)
                 np.add.at(sdiff, prod[out], s[out])
                 send = np.cumsum(sdiff[:j][::-1])[::-1]
-                dur = pre_t[j] - pre_t[:j] + np.cumsum(rdiff)[:j] + send
+                dur = pre_t[j] - pre_t[:j] + _received(r[rv], lo, hi, n)[:j] + send
                 ok = (mem <= cap) & (bad[j] - bad[:j] == 0) & cut_ok[:j]
                 durs[gk] = np.where(ok, dur, np.inf)
             cand = best[k - 1, :j] + durs[gk]
@@ -211,10 +203,8 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
                 best[k, j], arg[k, j] = best[k - 1, j], -1
         if cpu is not None and cpu_cost is not None:  # a CPU piece: no memory limit, any number of them, k unchanged
             pre_t, bad, r = cpu_cost
-            rdiff = np.zeros(n + 2)
-            np.add.at(rdiff, lo, r[rv])
-            np.add.at(rdiff, hi + 1, -r[rv])
-            dur = np.where((bad[j] - bad[:j] == 0) & cut_ok[:j], pre_t[j] - pre_t[:j] + np.cumsum(rdiff)[:j], np.inf)
+            recv = _received(r[rv], lo, hi, n)[:j]
+            dur = np.where((bad[j] - bad[:j] == 0) & cut_ok[:j], pre_t[j] - pre_t[:j] + recv, np.inf)
             cand = best[:, :j] + dur[None, :]
             i = np.argmin(cand, axis=1)
             c = cand[np.arange(K + 1), i]
@@ -222,6 +212,33 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
             best[better, j], arg[better, j], on[better, j] = c[better], i[better], cpu
     if not np.isfinite(best[K, n]):
         return None
+    return float(best[K, n]), _trace_back(order, arg, on, K, cpu)
+
+
+def _cuts_allowed(colocation: np.ndarray) -> np.ndarray:
+    """Per cut position 0..n of an order (``colocation`` of its nodes, -1 for none): False where the
+    cut would split a colocation class."""
+    cut_ok = np.ones(len(colocation) + 1, bool)
+    for c in np.unique(colocation[colocation >= 0]).tolist():
+        p = np.flatnonzero(colocation == c)
+        cut_ok[p[0] + 1: p[-1] + 1] = False
+    return cut_ok
+
+
+def _received(charge: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int) -> np.ndarray:
+    """Per piece start ``i``, the receive charges of a piece starting there: value ``v`` (charge
+    ``charge[v]``) is received by pieces starting in ``[lo[v], hi[v]]`` (made before, used inside)."""
+    diff = np.zeros(n + 2)
+    np.add.at(diff, lo, charge)
+    np.add.at(diff, hi + 1, -charge)
+    return np.cumsum(diff)
+
+
+def _trace_back(order: np.ndarray, arg: np.ndarray, on: np.ndarray, K: int, cpu: int | None) -> np.ndarray:
+    """Device of each node from the DP's tables: ``arg[k, j]`` the start of the last piece of the best
+    split of ``order[:j]`` over the first ``k`` accelerators (-1: accelerator ``k`` skipped), ``on[k, j]``
+    its device."""
+    n = len(order)
     dev = np.full(n, -1, np.int64)
     j, k = n, K
     while j > 0:
@@ -234,7 +251,7 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
             j = i
         else:
             k -= 1
-    return float(best[K, n]), dev
+    return dev
 
 
 def best_splits(problem: Problem) -> list[Solution]:

@@ -27,7 +27,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from planmap.errors import InfeasibleError
-from planmap.graph import topological_order
+from planmap.graph import UnionFind, topological_order
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.vocabulary import ObjectiveKind
 
@@ -42,19 +42,12 @@ VERSION = "1"
 
 
 def _biconnected_tails(k: int, pairs: np.ndarray) -> np.ndarray:
-    """Union-find label per unit: the tails of the edges of each biconnected component merged."""
+    """Label per unit (its set's smallest unit): the tails of the edges of each biconnected component merged."""
     adj: list[list[tuple[int, int]]] = [[] for _ in range(k)]
     for e, (a, b) in enumerate(pairs.tolist()):
         adj[a].append((b, e))
         adj[b].append((a, e))
-    parent = list(range(k))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    sets = UnionFind(k)
     disc = [-1] * k
     low = [0] * k
     clock = 0
@@ -95,8 +88,8 @@ def _biconnected_tails(k: int, pairs: np.ndarray) -> np.ndarray:
                         if x == pe:
                             break
                     for t in tails[1:]:
-                        parent[find(t)] = find(tails[0])
-    return np.array([find(x) for x in range(k)], np.int64)
+                        sets.union(tails[0], t)
+    return np.array([sets.find(x) for x in range(k)], np.int64)
 
 
 def layer_chain(problem: Problem, units: Units, granularity: str = "layer") -> np.ndarray:

@@ -8,8 +8,7 @@
 * ``peak`` (continuous): the largest working set, ≥ each group's (the largest over all ops);
 * memory: Σ memory·x + peak ≤ capacity (rows dropped when no layout can exceed it);
 * objective: Σ cost·x + Σ matrix·e + the constant groups' costs, seconds per microbatch in
-  ``m.time_unit`` units;
-* tied groups (``Reduced.tied``, empty until repeated layers are tied): equal strategy indices.
+  ``m.time_unit`` units.
 
 Every array is built with numpy; Pyomo components are indexed by flat ranges and their rules read
 prepared CSR arrays, so the build costs one Python call per row, not per coefficient.
@@ -21,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..mip_model import lin as linear
+from ..mip_model import new_model
 from .reduce import Reduced
 
 __all__ = ["ModelData", "model_data", "build_model", "load_start", "read_choice"]
@@ -76,17 +77,14 @@ def model_data(red: Reduced) -> ModelData:
 def build_model(red: Reduced, *, data: ModelData | None = None, name: str = "sharding"):
     """The sharding IP of ``red`` as a Pyomo ``ConcreteModel`` (objective in ``m.time_unit`` seconds)."""
     import pyomo.environ as pyo
-    from pyomo.core.expr.numeric_expr import LinearExpression
 
     dt = data if data is not None else model_data(red)
     u = TIME_UNIT
     counts = red.counts
-    m = pyo.ConcreteModel(name=f"sharding-ip:{name}")
-    m.time_unit = u
-    m.data = dt
+    m = new_model(f"sharding-ip:{name}", u, dt)
 
-    def lin(coefs, vars_, const=0.0):
-        return LinearExpression(constant=const, linear_coefs=[float(c) for c in coefs], linear_vars=list(vars_))
+    def lin(coefs, vars_, const=0.0):  # coefficients come as numpy arrays here
+        return linear([float(c) for c in coefs], vars_, const)
 
     # ---------------------------------------------------------------------------------- Sets
     m.G = pyo.Set(initialize=dt.free.tolist(), doc="groups with more than one strategy")
@@ -98,8 +96,6 @@ def build_model(red: Reduced, *, data: ModelData | None = None, name: str = "sha
     m.OR = pyo.Set(dimen=2, initialize=out_rows, doc="(edge, producer row): a layout the producer may hold")
     m.IC = pyo.Set(dimen=2, initialize=in_cols, doc="(edge, consumer column): a layout the consumer may require")
     m.W = pyo.Set(initialize=dt.ws_groups.tolist(), doc="groups whose working set may be the peak")
-    tied = [(g, h, s) for grp in red.tied for g, h in zip(grp[:-1], grp[1:], strict=True) for s in range(counts[g])]
-    m.T = pyo.Set(dimen=3, initialize=tied, doc="(group, next tied group, strategy): repeated layers tied")
 
     # -------------------------------------------------------------------------------- Params
     m.constant = pyo.Param(initialize=dt.constant / u, doc="cost of the one-strategy groups (time units)")
@@ -148,9 +144,6 @@ def build_model(red: Reduced, *, data: ModelData | None = None, name: str = "sha
         return lin(coefs, vars_, dt.const_memory / dt.capacity) <= 1.0 - MEMORY_MARGIN
     m.memory = pyo.Constraint([0] if dt.memory_row else [], rule=lambda m, _: _memory(m),
                               doc="parameters + data + stash + peak working set fit one device")
-    m.tie = pyo.Constraint(m.T, doc="tied groups (repeated layers) take the same strategy index",
-                           rule=lambda m, g, h, s: lin([1.0, -1.0], [m.x[int(dt.x_off[g]) + s],
-                                                                     m.x[int(dt.x_off[h]) + s]]) == 0)
 
     # ---------------------------------------------------------------------------- Objective
     xc = np.concatenate([red.cost[g] for g in dt.free] + [np.zeros(0)]) / u

@@ -17,7 +17,7 @@ The IP of :mod:`.model` does not read :class:`~planmap.sharding.ShardingTables` 
   costs. These keep the optimum exactly: a group with one strategy is then a constant.
 
 Repeated layers are not tied yet: corresponding groups of identical layers each choose their own
-strategy (:attr:`Reduced.tied`, which the IP can express, stays empty).
+strategy.
 
 Each group holds, per group strategy ``s``, the strategy of every member (``choice``), and its cost
 (compute + comm of the members + folded edges), additive memory and working set (the members'
@@ -47,7 +47,6 @@ class Reduced:
     under each group strategy; ``cost``/``memory``/``working[g]`` (K_g,) seconds per microbatch /
     bytes per device; ``edge_src``/``edge_dst`` groups of each edge, ``edge_matrix`` (P, Q) seconds,
     ``edge_row`` (K_src,) / ``edge_col`` (K_dst,) the matrix row/column of each group strategy;
-    ``tied``: tuples of groups that take the same strategy index (empty: no reduction ties groups yet);
     ``notes``: the reductions applied."""
 
     tables: ShardingTables
@@ -62,7 +61,6 @@ class Reduced:
     edge_matrix: tuple[np.ndarray, ...]
     edge_row: tuple[np.ndarray, ...]
     edge_col: tuple[np.ndarray, ...]
-    tied: tuple[tuple[int, ...], ...]
     notes: tuple[str, ...]
 
     @property
@@ -245,13 +243,12 @@ def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, split_axes
     const = sum(1 for c in cost if len(c) == 1)
     notes.append(f"{const} of {G} groups have one strategy (constants); {internal} edges inside groups, "
                  f"{folded} additive edges folded into costs, {len(em)} edges modelled")
-    tied: tuple[tuple[int, ...], ...] = ()
     ro = _ro
     return Reduced(t, ro(group_of), tuple(ro(m) for m in members), tuple(ro(c) for c in choice),
                    tuple(ro(np.asarray(c, float)) for c in cost), tuple(ro(np.asarray(m, float)) for m in memory),
                    tuple(ro(np.asarray(w, float)) for w in working), ro(np.asarray(es, np.int64)),
                    ro(np.asarray(ed, np.int64)), tuple(ro(m) for m in em), tuple(ro(r) for r in er),
-                   tuple(ro(c) for c in ec), tied, tuple(notes))
+                   tuple(ro(c) for c in ec), tuple(notes))
 
 
 def _merge_two(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):

@@ -70,7 +70,7 @@ def test_allowed_options_validate(spec):
 
 
 def test_the_mip_layer_refuses_what_the_spec_would():
-    from planmap.solvers.mip import check_passthrough
+    from planmap.solvers.mip_backends import check_passthrough
 
     with pytest.raises(PlanmapError, match="log_file"):
         check_passthrough("highs", {"log_file": "/tmp/x"})

@@ -1,5 +1,5 @@
-"""The Pyomo backend glue (solvers/mip.py): backends by name, options, warm starts, read-back, anytime
-progress and Ctrl-C — with real HiGHS solves on small knapsack models."""
+"""The Pyomo backend glue (solvers/mip.py, solvers/mip_backends.py): backends by name, options, warm starts,
+read-back, anytime progress and Ctrl-C — with real HiGHS solves on small knapsack models."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytest.importorskip("highspy")
 
 from planmap.errors import PlanmapError, SolverUnavailableError  # noqa: E402
 from planmap.problem import SolveOptions, Status  # noqa: E402
-from planmap.solvers import mip  # noqa: E402
+from planmap.solvers import mip, mip_backends  # noqa: E402
 
 
 def knapsack(n: int = 30, seed: int = 0, *, hard: bool = False):
@@ -48,12 +48,12 @@ def greedy_start(m, w, v) -> float:
 def test_unknown_backend_lists_known_ones():
     with pytest.raises(PlanmapError,
                        match="unknown MIP backend 'nosuch'; planmap knows highs, gurobi, scip, cbc, glpk, cplex") as e:
-        mip.get_backend("nosuch")
+        mip_backends.get_backend("nosuch")
     assert not isinstance(e.value, SolverUnavailableError)
 
 
 def _missing_backend() -> str | None:
-    for name, b in mip.BACKENDS.items():
+    for name, b in mip_backends.BACKENDS.items():
         if b.module and importlib.util.find_spec(b.module) is None:
             return name
         if b.executable and shutil.which(b.executable) is None:
@@ -66,16 +66,16 @@ def test_missing_backend_says_how_to_install():
     if name is None:
         pytest.skip("every backend is installed here")
     with pytest.raises(SolverUnavailableError, match=rf"MIP backend '{name}' needs .*not installed: .*(install|PATH)"):
-        mip.get_backend(name)
-    assert name not in mip.available_backends()
+        mip_backends.get_backend(name)
+    assert name not in mip_backends.available_backends()
     m, _, _ = knapsack(5)
     with pytest.raises(SolverUnavailableError):
         mip.solve_model(m, SolveOptions(backend=name))
 
 
 def test_highs_is_available_and_default():
-    assert mip.get_backend("HiGHS").name == "highs"
-    assert "highs" in mip.available_backends()
+    assert mip_backends.get_backend("HiGHS").name == "highs"
+    assert "highs" in mip_backends.available_backends()
     assert SolveOptions().backend == "highs"
 
 
@@ -190,10 +190,10 @@ def test_pyomo_private_attributes_still_exist():
     assert set(opt._pyomo_var_to_solver_var_map) == {id(m.x[i]) for i in m.I}
 
 
-@pytest.mark.parametrize("name", [n for n, b in mip.BACKENDS.items() if b.interface != "highs"])
+@pytest.mark.parametrize("name", [n for n, b in mip_backends.BACKENDS.items() if b.interface != "highs"])
 def test_other_installed_backends_solve_the_same_model(name):
     try:
-        mip.get_backend(name)
+        mip_backends.get_backend(name)
     except SolverUnavailableError:
         pytest.skip(f"{name} is not installed here")
     m, _, _ = knapsack(15, seed=2)

@@ -259,9 +259,9 @@ def test_infeasible_problem_is_proven_and_explained():
 
 
 def test_missing_backend_fails_before_any_work():
-    from planmap.solvers import mip
+    from planmap.solvers import mip_backends
 
-    missing = next((n for n in mip.BACKENDS if n not in mip.available_backends()), None)
+    missing = next((n for n in mip_backends.BACKENDS if n not in mip_backends.available_backends()), None)
     if missing is None:
         pytest.skip("every backend is installed here")
     p = problem(random_dag(5, seed=0), paper_topology(2, 1))

@@ -11,7 +11,9 @@ from planmap.errors import InfeasibleError, SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, SolveOptions, Status
 from planmap.solvers.pipeline.dp import ThroughputDP
-from planmap.solvers.pipeline.ip import ThroughputIP, build_model, prepare
+from planmap.solvers.pipeline.ip import ThroughputIP
+from planmap.solvers.pipeline.ip_data import prepare
+from planmap.solvers.pipeline.ip_model import build_model
 from planmap.workloads.graphs import layered_dag, paper_topology, profiled_graph
 
 from .test_dp import solve_dp, wide_dag
