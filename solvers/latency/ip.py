@@ -120,7 +120,10 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     if dt.bounds is not None and n:
         t_lb = max(t_lb, float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()))
     m.T = pyo.Var(bounds=(min(t_lb, H), H), doc="latency")
-    m.lat = pyo.Var(m.N, bounds=lambda m, v: (float(dt.head[v]), float(lat_ub[v])), doc="finish time of each node")
+
+    def _lat_bounds(m, v):
+        return (float(dt.head[v]), float(lat_ub[v]))
+    m.lat = pyo.Var(m.N, bounds=_lat_bounds, doc="finish time of each node")
     m.start = pyo.Var(m.S, bounds=(0, H), doc="start of each subgraph call")
     m.fin = pyo.Var(m.S, bounds=(0, H), doc="finish of each subgraph call")
     m.z = pyo.Var(m.N, m.S, bounds=(0, 1), doc="predecessor-closed cover of a subgraph (convexity)")
@@ -180,9 +183,9 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     m.ws = pyo.Var(m.M, bounds=(0, None), doc="largest working set on device (share of memory)")
 
     # --------------------------------------------------------------------------- Constraints
-    m.assign = pyo.Constraint(m.N, doc="every node runs on exactly one unit",
-                              rule=lambda m, v: (1, lin([1.0] * int(xs[v].sum()),
-                                                        [m.x[v, w] for w in np.flatnonzero(xs[v])]), 1))
+    def _assign(m, v):
+        return (1, lin([1.0] * int(xs[v].sum()), [m.x[v, w] for w in np.flatnonzero(xs[v])]), 1)
+    m.assign = pyo.Constraint(m.N, doc="every node runs on exactly one unit", rule=_assign)
 
     coloc_idx = [(a, b, d) for a, b in dt.colocated for d in range(D)
                  if len(y_terms(a, d)) + len(y_terms(b, d)) > 0]
@@ -227,9 +230,10 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     def _cover(m, v, s):
         return lin([1.0, -1.0], [m.z[v, s], m.x[v, s]]) >= 0 if xs[v, s] else pyo.Constraint.Skip
     m.convex_cover = pyo.Constraint(m.N, m.S, rule=_cover, doc="the cover contains the subgraph")
-    m.convex_closed = pyo.Constraint(m.E, m.S, doc="the cover is closed under predecessors",
-                                     rule=lambda m, e, s: lin([1.0, -1.0],
-                                                              [m.z[int(src[e]), s], m.z[int(dst[e]), s]]) >= 0)
+
+    def _closed(m, e, s):
+        return lin([1.0, -1.0], [m.z[int(src[e]), s], m.z[int(dst[e]), s]]) >= 0
+    m.convex_closed = pyo.Constraint(m.E, m.S, doc="the cover is closed under predecessors", rule=_closed)
 
     def _exit(m, e, s):
         a, b = int(src[e]), int(dst[e])
@@ -345,14 +349,20 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
             return pyo.Constraint.Skip
         return lin([1.0] + [-c for c, _ in terms], [m.lat[v]] + [x_ for _, x_ in terms]) >= 0
     m.source_cpu = pyo.Constraint(sources, rule=_source, doc="a CPU node takes its compute time")
-    m.device_order = pyo.Constraint([s for s in range(S) if dt.slot_pos[s] > 0],
-                                    doc="calls on a device run in slot order",
-                                    rule=lambda m, s: lin([1.0, -1.0], [m.start[s], m.fin[s - 1]]) >= 0)
+
+    def _device_order(m, s):
+        return lin([1.0, -1.0], [m.start[s], m.fin[s - 1]]) >= 0
+    m.device_order = pyo.Constraint([s for s in range(S) if dt.slot_pos[s] > 0], rule=_device_order,
+                                    doc="calls on a device run in slot order")
     sinks = np.setdiff1d(np.arange(n), src).tolist()
-    m.makespan = pyo.Constraint(sinks, rule=lambda m, v: lin([1.0, -1.0], [m.T, m.lat[v]]) >= 0,
-                                doc="latency: the last node's finish")
-    m.makespan_call = pyo.Constraint(m.S, rule=lambda m, s: lin([1.0, -1.0], [m.T, m.fin[s]]) >= 0,
-                                     doc="latency: the last call's finish")
+
+    def _makespan(m, v):
+        return lin([1.0, -1.0], [m.T, m.lat[v]]) >= 0
+    m.makespan = pyo.Constraint(sinks, rule=_makespan, doc="latency: the last node's finish")
+
+    def _makespan_call(m, s):
+        return lin([1.0, -1.0], [m.T, m.fin[s]]) >= 0
+    m.makespan_call = pyo.Constraint(m.S, rule=_makespan_call, doc="latency: the last call's finish")
 
     # symmetry: interchangeable devices ordered by their first node; empty slots last
     sym_pairs = [(cls[k], cls[k + 1]) for cls in dt.classes for k in range(len(cls) - 1)]
@@ -375,10 +385,12 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
                                 doc="identical devices take nodes in order of their first node")
     later = [s for s in range(S) if dt.slot_pos[s] > 0]
     m.nonempty = pyo.Var(m.S, bounds=(0, 1), doc="slot holds some node")
+
+    def _slot_count(m, s):
+        on = np.flatnonzero(xs[:, s])
+        return lin([1.0] + [-1.0] * int(xs[:, s].sum()), [m.nonempty[s]] + [m.x[v, s] for v in on]) <= 0
     m.slot_count = pyo.Constraint([s - 1 for s in later], doc="a slot counts as used only with a node",
-                                  rule=lambda m, s: lin([1.0] + [-1.0] * int(xs[:, s].sum()),
-                                                        [m.nonempty[s]]
-                                                        + [m.x[v, s] for v in np.flatnonzero(xs[:, s])]) <= 0)
+                                  rule=_slot_count)
 
     def _empty_last(m, v, s):
         return lin([1.0, -1.0], [m.x[v, s], m.nonempty[s - 1]]) <= 0 if xs[v, s] else pyo.Constraint.Skip
