@@ -87,12 +87,17 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
     units_on = [np.flatnonzero(dt.allowed[:, d]) for d in range(D)]
 
     # --------------------------------------------------------------------------- Constraints
-    m.assign = pyo.Constraint(m.Un, doc="every unit runs on exactly one device", rule=lambda m, a: (
-        1, lin([1.0] * int(dt.allowed[a].sum()), [m.x[a, d] for d in np.flatnonzero(dt.allowed[a])]), 1))
-    m.use = pyo.Constraint(m.XI, doc="a device with a unit is used",
-                           rule=lambda m, a, d: lin([1.0, -1.0], [m.used[d], m.x[a, d]]) >= 0)
-    m.use_ub = pyo.Constraint(m.Dv, doc="a device without units is not used", rule=lambda m, d: lin(
-        [1.0] + [-1.0] * len(units_on[d]), [m.used[d]] + [m.x[a, d] for a in units_on[d]]) <= 0)
+    def _assign(m, a):
+        return (1, lin([1.0] * int(dt.allowed[a].sum()), [m.x[a, d] for d in np.flatnonzero(dt.allowed[a])]), 1)
+    m.assign = pyo.Constraint(m.Un, doc="every unit runs on exactly one device", rule=_assign)
+
+    def _use(m, a, d):
+        return lin([1.0, -1.0], [m.used[d], m.x[a, d]]) >= 0
+    m.use = pyo.Constraint(m.XI, doc="a device with a unit is used", rule=_use)
+
+    def _use_ub(m, d):
+        return lin([1.0] + [-1.0] * len(units_on[d]), [m.used[d]] + [m.x[a, d] for a in units_on[d]]) <= 0
+    m.use_ub = pyo.Constraint(m.Dv, doc="a device without units is not used", rule=_use_ub)
 
     def _recv(m, j, d):
         return [lin([1.0, -1.0] + ([1.0] if xv(int(dt.val_prod[j]), d) is not None else []),
@@ -150,12 +155,18 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
         return rule
     m.forward_load = pyo.Constraint(m.Dv, rule=_load(False), doc="forward compute + forward transfers")
     m.backward_load = pyo.Constraint(m.Dv, rule=_load(True), doc="backward compute + backward transfers")
-    m.largest = pyo.Constraint(m.Dv, doc="the largest load",
-                               rule=lambda m, d: lin([1.0, -1.0, -1.0], [m.L, m.fw[d], m.bw[d]]) >= 0)
-    m.largest_fw = pyo.Constraint(m.Dv, doc="the largest forward load",
-                                  rule=lambda m, d: lin([1.0, -1.0], [m.Lf, m.fw[d]]) >= 0)
-    m.largest_bw = pyo.Constraint(m.Dv, doc="the largest backward load",
-                                  rule=lambda m, d: lin([1.0, -1.0], [m.Lb, m.bw[d]]) >= 0)
+
+    def _largest(m, d):
+        return lin([1.0, -1.0, -1.0], [m.L, m.fw[d], m.bw[d]]) >= 0
+    m.largest = pyo.Constraint(m.Dv, doc="the largest load", rule=_largest)
+
+    def _largest_fw(m, d):
+        return lin([1.0, -1.0], [m.Lf, m.fw[d]]) >= 0
+    m.largest_fw = pyo.Constraint(m.Dv, doc="the largest forward load", rule=_largest_fw)
+
+    def _largest_bw(m, d):
+        return lin([1.0, -1.0], [m.Lb, m.bw[d]]) >= 0
+    m.largest_bw = pyo.Constraint(m.Dv, doc="the largest backward load", rule=_largest_bw)
 
     # memory (shares of each device's capacity)
     param_users: list[list[int]] = [[] for _ in range(len(dt.params))]
@@ -166,10 +177,11 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
         for a in param_users[k]:
             if dt.allowed[a, d]:
                 m.param_held.add(lin([1.0, -1.0], [m.pm[k, d], m.x[a, d]]) >= 0)
+
+    def _working_set(m, a, d):
+        return lin([1.0, -dt.ws[a] / dt.capacity[d]], [m.ws[d], m.x[a, d]]) >= 0
     m.working_set = pyo.Constraint([(a, d) for d in mem_devs for a in units_on[d].tolist() if dt.ws[a] > 0],
-                                   doc="the largest working set of a device's units",
-                                   rule=lambda m, a, d: lin([1.0, -dt.ws[a] / dt.capacity[d]],
-                                                            [m.ws[d], m.x[a, d]]) >= 0)
+                                   doc="the largest working set of a device's units", rule=_working_set)
 
     def _memory(m, d):
         cap = dt.capacity[d]
@@ -191,11 +203,15 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
     m.memory = pyo.Constraint(m.M, rule=_memory, doc="parameters + state + stash x in-flight + working set fit")
 
     # pipeline order: a transitive tournament consistent with every contiguity edge
+    def _antisymmetric(m, d, e):
+        return (1, lin([1.0, 1.0], [m.o[d, e], m.o[e, d]]), 1)
     m.antisymmetric = pyo.Constraint([(d, e) for d, e in pairs if d < e], doc="one of two devices comes first",
-                                     rule=lambda m, d, e: (1, lin([1.0, 1.0], [m.o[d, e], m.o[e, d]]), 1))
+                                     rule=_antisymmetric)
     triples = [(a, b, c) for a in range(D) for b in range(D) for c in range(D) if len({a, b, c}) == 3] if pairs else []
-    m.transitive = pyo.Constraint(triples, doc="the order is transitive (no cycle of stages)",
-                                  rule=lambda m, a, b, c: lin([1.0, 1.0, -1.0], [m.o[a, b], m.o[b, c], m.o[a, c]]) <= 1)
+
+    def _transitive(m, a, b, c):
+        return lin([1.0, 1.0, -1.0], [m.o[a, b], m.o[b, c], m.o[a, c]]) <= 1
+    m.transitive = pyo.Constraint(triples, doc="the order is transitive (no cycle of stages)", rule=_transitive)
     edge_rows = []
     if problem.contiguous:
         for a, b in dt.edges.tolist():
@@ -203,37 +219,48 @@ def build_model(problem: Problem, *, data: IPData | None = None, horizon: float 
                 for e in range(D):
                     if d != e and dt.allowed[a, e] and dt.allowed[b, d]:
                         edge_rows.append((a, b, e, d))
+
+    def _pipeline(m, a, b, e, d):
+        return lin([1.0, 1.0, -1.0], [m.x[a, e], m.x[b, d], m.o[e, d]]) <= 1
     m.pipeline = pyo.Constraint(edge_rows, doc="an edge a -> b with a on e and b on d puts e before d",
-                                rule=lambda m, a, b, e, d: lin([1.0, 1.0, -1.0],
-                                                               [m.x[a, e], m.x[b, d], m.o[e, d]]) <= 1)
+                                rule=_pipeline)
     # identical devices: in pipeline order by index (contiguous), and the used ones first
     sym = [(c[i], c[i + 1]) for c in dt.classes for i in range(len(c) - 1)]
-    m.used_first = pyo.Constraint(sym, doc="of identical devices, lower indices are used first",
-                                  rule=lambda m, d, e: lin([1.0, -1.0], [m.used[d], m.used[e]]) >= 0)
+
+    def _used_first(m, d, e):
+        return lin([1.0, -1.0], [m.used[d], m.used[e]]) >= 0
+    m.used_first = pyo.Constraint(sym, doc="of identical devices, lower indices are used first", rule=_used_first)
+
+    def _identical_order(m, d, e):
+        return (1, lin([1.0], [m.o[d, e]]), 1)
     m.identical_order = pyo.Constraint([(d, e) for c in dt.classes for d in c for e in c if d < e] if pairs else [],
-                                       doc="identical devices come in index order",
-                                       rule=lambda m, d, e: (1, lin([1.0], [m.o[d, e]]), 1))
+                                       doc="identical devices come in index order", rule=_identical_order)
     if not pairs:
         first = sorted({d for c in dt.classes for d in c})
         m.first_unit = pyo.Var([(a, d) for a in range(U) for d in first], bounds=(0, 1),
                                doc="device runs some unit numbered <= a")
+
+        def _first_use(m, a, d):
+            prev = [m.first_unit[a - 1, d]] if a else []
+            own = [m.x[a, d]] if dt.allowed[a, d] else []
+            return lin([1.0] + [-1.0] * (len(prev) + len(own)), [m.first_unit[a, d]] + prev + own) <= 0
         m.first_use = pyo.Constraint([(a, d) for a in range(U) for d in first], doc="a device is used once a unit is",
-                                     rule=lambda m, a, d: lin([1.0] + ([-1.0] if a else [])
-                                                              + ([-1.0] if dt.allowed[a, d] else []),
-                                                              [m.first_unit[a, d]]
-                                                              + ([m.first_unit[a - 1, d]] if a else [])
-                                                              + ([m.x[a, d]] if dt.allowed[a, d] else [])) <= 0)
+                                     rule=_first_use)
+
+        def _symmetry(m, a, k):
+            return _sym_rule(m, a, k, sym, dt)
         m.symmetry = pyo.Constraint([(a, k) for a in range(U) for k in range(len(sym))],
-                                    doc="identical devices take units in order of their first unit",
-                                    rule=lambda m, a, k: _sym_rule(m, a, k, sym, dt))
+                                    doc="identical devices take units in order of their first unit", rule=_symmetry)
+
     # 1F1B: in flight = min(m, used stages after + 1)
-    m.after_def = pyo.Constraint(list(m.after.keys()), doc="e is a used stage after d",
-                                 rule=lambda m, d, e: lin([1.0, -1.0, -1.0],
-                                                          [m.after[d, e], m.o[d, e], m.used[e]]) >= -1)
+    def _after_def(m, d, e):
+        return lin([1.0, -1.0, -1.0], [m.after[d, e], m.o[d, e], m.used[e]]) >= -1
+    m.after_def = pyo.Constraint(list(m.after.keys()), doc="e is a used stage after d", rule=_after_def)
+
+    def _in_flight(m, d, j):
+        return lin([float(D)] + [-1.0] * (D - 1), [m.fl[d, j]] + [m.after[d, e] for e in range(D) if e != d]) >= 2 - j
     m.in_flight = pyo.Constraint(list(m.fl.keys()), doc="j or more stages after-and-including d: j in flight",
-                                 rule=lambda m, d, j: lin([float(D)] + [-1.0] * (D - 1),
-                                                          [m.fl[d, j]]
-                                                          + [m.after[d, e] for e in range(D) if e != d]) >= 2 - j)
+                                 rule=_in_flight)
 
     def _extra(m, d, j):
         cap = dt.capacity[d]
