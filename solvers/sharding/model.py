@@ -112,8 +112,9 @@ def build_model(red: Reduced, *, data: ModelData | None = None, name: str = "sha
         return [m.x[c] for c in range(int(dt.x_off[g]), int(dt.x_off[g + 1]))]
 
     # --------------------------------------------------------------------------- Constraints
-    m.one_strategy = pyo.Constraint(m.G, doc="every free group runs exactly one strategy",
-                                    rule=lambda m, g: (1, lin(np.ones(counts[g]), xcols(g)), 1))
+    def _one_strategy(m, g):
+        return (1, lin(np.ones(counts[g]), xcols(g)), 1)
+    m.one_strategy = pyo.Constraint(m.G, doc="every free group runs exactly one strategy", rule=_one_strategy)
 
     def _marginal(out: bool):
         def rule(m, j, r):
@@ -138,11 +139,11 @@ def build_model(red: Reduced, *, data: ModelData | None = None, name: str = "sha
     m.working_set = pyo.Constraint(m.W if dt.memory_row else [], rule=_ws,
                                    doc="the peak working set is at least every group's")
 
-    def _memory(m):
+    def _memory(m, _):
         coefs = np.concatenate([red.memory[g] / dt.capacity for g in dt.free] + [[1.0]])
         vars_ = [v for g in dt.free for v in xcols(g)] + [m.peak]
         return lin(coefs, vars_, dt.const_memory / dt.capacity) <= 1.0 - MEMORY_MARGIN
-    m.memory = pyo.Constraint([0] if dt.memory_row else [], rule=lambda m, _: _memory(m),
+    m.memory = pyo.Constraint([0] if dt.memory_row else [], rule=_memory,
                               doc="parameters + data + stash + peak working set fit one device")
 
     # ---------------------------------------------------------------------------- Objective
