@@ -88,27 +88,29 @@ def _finish(problem: Problem, tables: ShardingTables, overrides: dict[int, Spec]
     return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0), ev
 
 
-def data_parallel(problem: Problem) -> tuple[Solution, Evaluation]:
-    """Pure data parallelism on the 1-D mesh over every accelerator."""
-    t0 = time.perf_counter()
-    mesh = meshes_or_raise(problem, "data-parallel")[0]
+def _batch_split(problem: Problem, name: str) -> tuple[LogicalMesh, ShardingTables, dict[int, Spec]]:
+    """The 1-D mesh over every accelerator, its tables, and the data arguments split on their batch dim
+    (``name`` is "not applicable" when no batch dim divides over the mesh)."""
+    mesh = meshes_or_raise(problem, name)[0]
     tables = tables_cache(problem).get(mesh)
     data = _data_specs(tables, 0)
     if not data:
-        raise SolverUnavailableError(f"data-parallel is not applicable to {problem.name}: no data argument's "
+        raise SolverUnavailableError(f"{name} is not applicable to {problem.name}: no data argument's "
                                      f"batch dim divides over {mesh.num_devices} devices")
+    return mesh, tables, data
+
+
+def data_parallel(problem: Problem) -> tuple[Solution, Evaluation]:
+    """Pure data parallelism on the 1-D mesh over every accelerator."""
+    t0 = time.perf_counter()
+    _, tables, data = _batch_split(problem, "data-parallel")
     return _finish(problem, tables, data, "data-parallel", t0)
 
 
 def fsdp(problem: Problem) -> tuple[Solution, Evaluation]:
     """Data parallel with every parameter split along the data axis on its largest divisible dim."""
     t0 = time.perf_counter()
-    mesh = meshes_or_raise(problem, "fsdp")[0]
-    tables = tables_cache(problem).get(mesh)
-    over = _data_specs(tables, 0)
-    if not over:
-        raise SolverUnavailableError(f"fsdp is not applicable to {problem.name}: no data argument's batch dim "
-                                     f"divides over {mesh.num_devices} devices")
+    mesh, tables, over = _batch_split(problem, "fsdp")
     p = mesh.axis_sizes[0]
     for a in tables.graph.args:
         if a.role != "param":
