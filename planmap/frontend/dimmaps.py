@@ -124,22 +124,19 @@ class DimMapper:
         if known is not None:
             return known
         self._pointwise[name] = False  # a recursive call is not pointwise
-        ok = True
-        for block in self._funcs[name].regions[0].blocks:
-            for inner in block.operations:
-                k = inner.operation.name
-                if k == _CALL:
-                    ok = self._is_pointwise(_callee(inner))
-                elif k == _SH + "broadcast_in_dim":
-                    ok = all(len(v.type.shape) == 0 for v in inner.operands)
-                else:
-                    ok = k in _POINTWISE_BODY
-                if not ok:
-                    break
-            if not ok:
-                break
+        ok = all(self._pointwise_op(inner) for block in self._funcs[name].regions[0].blocks
+                 for inner in block.operations)
         self._pointwise[name] = ok
         return ok
+
+    def _pointwise_op(self, op: Any) -> bool:
+        """Whether one op of a function body keeps the function pointwise."""
+        kind = op.operation.name
+        if kind == _CALL:
+            return self._is_pointwise(_callee(op))
+        if kind == _SH + "broadcast_in_dim":
+            return all(len(v.type.shape) == 0 for v in op.operands)
+        return kind in _POINTWISE_BODY
 
     def _by_attributes(self, kind: str, op: Any, ids: Sequence[int], out: TypeInfo, value_types: list[TypeInfo],
                        key: tuple) -> DimMap | None:
