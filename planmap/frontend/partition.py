@@ -18,6 +18,7 @@ acyclic:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 import numpy as np
@@ -34,7 +35,8 @@ class Partition:
     def __init__(self, n: int, src: np.ndarray, dst: np.ndarray) -> None:
         self.n = n
         self.parent = list(range(n))
-        self.members: dict[int, list[int]] = {i: [i] for i in range(n)}
+        # deques, so that a merge costs the smaller group's size whichever side is larger (union by size)
+        self.members: dict[int, deque[int]] = {i: deque((i,)) for i in range(n)}
         self.succs: dict[int, set[int]] = {i: set() for i in range(n)}
         self.preds: dict[int, set[int]] = {i: set() for i in range(n)}
         for s, d in zip(src.tolist(), dst.tolist(), strict=True):
@@ -68,7 +70,11 @@ class Partition:
 
     # ---------------------------------------------------------------------------- merges
     def _merge(self, x: int, y: int) -> None:
-        """Fold group ``x`` into group ``y`` (y keeps its id and position). Callers check safety."""
+        """Fold group ``x`` into group ``y`` (y keeps its id and position). Callers check safety.
+
+        The members become y's followed by x's, as always; the smaller list is copied into the larger
+        (at its front when y is the smaller), so chains of merges stay near-linear.
+        """
         succs, preds = self.succs, self.preds
         for p in preds.pop(x):
             succs[p].discard(x)
@@ -83,7 +89,12 @@ class Partition:
         preds[y].discard(x)
         succs[y].discard(x)
         self.parent[x] = y
-        self.members[y].extend(self.members.pop(x))
+        xm, ym = self.members.pop(x), self.members[y]
+        if len(xm) > len(ym):
+            xm.extendleft(reversed(ym))
+            self.members[y] = xm
+        else:
+            ym.extend(xm)
         del self.pos[x]
 
     def absorb_targets(self, g: int) -> list[int]:
