@@ -62,6 +62,40 @@ def _charge(link: Link | None) -> tuple[float, float]:
     return link.latency * 1e-9, 1.0 / link.bandwidth
 
 
+def _transfer_charges(cpu: np.ndarray, host: np.ndarray, intra: list[Link | None], hd: tuple[float, float],
+                      net: tuple[float, float]) -> tuple[np.ndarray, ...]:
+    """The (D, D) charge matrices of the module docstring's rules, as whole-array masks (no D² loop).
+
+    Returns ``send_lat, send_ibw, recv_lat, recv_ibw, send_paid, recv_paid, path_lat, path_ibw``; the
+    diagonal and CPU-to-CPU pairs on one host cost nothing.
+    """
+    n = len(cpu)
+    ca, cb = cpu[:, None], cpu[None, :]
+    off = ~np.eye(n, dtype=bool)
+    same = (host[:, None] == host[None, :]) & off
+    cross = (host[:, None] != host[None, :])
+    d_lat = np.array([_charge(x)[0] for x in intra])[host][:, None]  # the sender's host's direct link
+    d_ibw = np.array([_charge(x)[1] for x in intra])[host][:, None]
+    has_direct = np.array([x is not None for x in intra], bool)[host][:, None]
+    direct = same & ~ca & ~cb & has_direct
+    via_host = same & ~(ca & cb) & ~direct
+    s_paid = via_host & ~ca
+    r_paid = (via_host & ~cb) | direct
+    hops = np.where(ca | cb, 1.0, 2.0)
+    p_lat = np.where(direct, d_lat, np.where(via_host, hd[0] * hops, 0.0))
+    p_ibw = np.where(direct, d_ibw, np.where(via_host, hd[1] * hops, 0.0))
+    p_lat[cross], p_ibw[cross] = net
+    net_recv = cross & (~cb | ca)
+    net_send = cross & ~net_recv
+    r_paid |= net_recv
+    s_paid |= net_send
+    r_lat = np.where(direct, d_lat, np.where(via_host & ~cb, hd[0], np.where(net_recv, net[0], 0.0)))
+    r_ibw = np.where(direct, d_ibw, np.where(via_host & ~cb, hd[1], np.where(net_recv, net[1], 0.0)))
+    s_lat = np.where(s_paid & same, hd[0], np.where(net_send, net[0], 0.0))
+    s_ibw = np.where(s_paid & same, hd[1], np.where(net_send, net[1], 0.0))
+    return s_lat, s_ibw, r_lat, r_ibw, s_paid, r_paid, p_lat, p_ibw
+
+
 @dataclass(frozen=True, eq=False)
 class Topology:
     """Devices of a cluster, numbered in the spec's canonical order, with per-pair transfer charges.
@@ -114,7 +148,6 @@ class Topology:
                                               types[dev.type], t.name, str(t.kind)))
                 intra.append(host.intra_host or body.links.intra_host)
                 h += 1
-        n = len(devices)
         dtype_ = np.array([d.type for d in devices], np.int32)
         host_ = np.array([d.host for d in devices], np.int32)
         cpu = np.array([d.is_cpu for d in devices], bool)
@@ -125,40 +158,7 @@ class Topology:
             else SubgraphOutputs.DEVICE_MEMORY)) == SubgraphOutputs.HOST_MEMORY for d in devices], bool)
         hd = _charge(body.links.host_device)
         net = _charge(body.links.inter_host)
-        z = np.zeros((n, n))
-        s_lat, s_ibw, r_lat, r_ibw = z.copy(), z.copy(), z.copy(), z.copy()
-        s_paid, r_paid = np.zeros((n, n), bool), np.zeros((n, n), bool)
-        p_lat, p_ibw = z.copy(), z.copy()
-        for a in range(n):
-            for b in range(n):
-                if a == b:
-                    continue
-                ca, cb = cpu[a], cpu[b]
-                if host_[a] == host_[b]:
-                    direct = intra[host_[a]]
-                    if ca and cb:
-                        continue
-                    if not ca and not cb and direct is not None:
-                        r_lat[a, b], r_ibw[a, b] = _charge(direct)
-                        r_paid[a, b] = True
-                        p_lat[a, b], p_ibw[a, b] = _charge(direct)
-                        continue
-                    if not ca:
-                        s_lat[a, b], s_ibw[a, b] = hd
-                        s_paid[a, b] = True
-                    if not cb:
-                        r_lat[a, b], r_ibw[a, b] = hd
-                        r_paid[a, b] = True
-                    p_lat[a, b] = hd[0] * (2 if not (ca or cb) else 1)
-                    p_ibw[a, b] = hd[1] * (2 if not (ca or cb) else 1)
-                else:
-                    p_lat[a, b], p_ibw[a, b] = net
-                    if not cb or ca:
-                        r_lat[a, b], r_ibw[a, b] = net
-                        r_paid[a, b] = True
-                    else:
-                        s_lat[a, b], s_ibw[a, b] = net
-                        s_paid[a, b] = True
+        s_lat, s_ibw, r_lat, r_ibw, s_paid, r_paid, p_lat, p_ibw = _transfer_charges(cpu, host_, intra, hd, net)
         ro = _readonly
         return cls(
             body=body,
