@@ -122,19 +122,30 @@ def _memory(problem: Problem, group_of: np.ndarray, groups: list[tuple[int, ...]
     np.maximum.at(ws, group_of, cost.working_set)
     mem_g += ws
     mem = np.zeros(topo.num_devices)
-    for k, devs in enumerate(groups):
-        mem[list(devs)] += mem_g[k]
+    flat, owner = _flatten(groups)
+    np.add.at(mem, flat, mem_g[owner])  # group by group, as a loop over the groups would add
     return mem
+
+
+def _flatten(groups: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(devices, group index)`` of every (group, distinct device) pair, in group order: no G x D matrix."""
+    distinct = [tuple(dict.fromkeys(devs)) for devs in groups]
+    lens = np.fromiter((len(devs) for devs in distinct), np.int64, len(distinct))
+    flat = np.fromiter((d for devs in distinct for d in devs), np.int64, int(lens.sum()))
+    return flat, np.repeat(np.arange(len(groups)), lens)
 
 
 def _common_checks(problem: Problem, solution: Solution, group_of: np.ndarray, groups, violations: list[str]):
     g, topo = problem.graph, problem.topology
     names = topo.names
     # every node where it may run (all devices of its group)
-    group_ok = np.zeros((len(groups), topo.num_devices), bool)
-    for k, devs in enumerate(groups):
-        group_ok[k, list(devs)] = True
-    bad = np.flatnonzero(((group_ok[group_of]) & ~problem.allowed).any(axis=1))
+    flat, owner = _flatten(groups)
+    starts = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(groups)))])
+    size = starts[1:] - starts[:-1]
+    node = np.repeat(np.arange(len(group_of)), size[group_of])  # one row per (node, device of its group)
+    at = np.arange(len(node)) - np.repeat(np.cumsum(size[group_of]) - size[group_of], size[group_of])
+    dev = flat[starts[group_of][node] + at]
+    bad = np.unique(node[~problem.allowed[node, dev]])
     if len(bad):
         i = int(bad[0])
         violations.append(f"{len(bad)} node(s) placed where they cannot run (unsupported or pinned elsewhere), "
@@ -192,8 +203,10 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
     np.add.at(dur, spu[acc_p], send[acc_p])
     # ready time of a unit: all producers of its inputs finished (+ CPU receive delay)
     device_chain = []
-    for d in range(D):
-        on = [k for k in range(S) if stage_dev[k] == d and not cpu_stage[k]]
+    stages_on: dict[int, list[int]] = {}
+    for k in np.flatnonzero(~cpu_stage).tolist():
+        stages_on.setdefault(int(stage_dev[k]), []).append(k)
+    for d, on in sorted(stages_on.items()):
         device_chain += list(zip(on[:-1], on[1:], strict=True))
         if not topo.is_cpu[d] and len(on) > problem.max_subgraphs and problem.objective is ObjectiveKind.LATENCY:
             violations.append(f"{topo.names[d]} runs {len(on)} subgraphs, more than the allowed "
