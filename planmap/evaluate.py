@@ -104,10 +104,14 @@ def _charges(problem: Problem, val, pu, cu, unit_device: np.ndarray, by_device_i
     return recv, uniq[:, 0], uniq[:, 1], send_once
 
 
-def _memory(problem: Problem, group_of: np.ndarray, groups: list[tuple[int, ...]], in_flight: np.ndarray) -> np.ndarray:
-    """Bytes per device: parameters used (x training factor), node state, activations."""
+def _memory(problem: Problem, group_of: np.ndarray, members: tuple[np.ndarray, np.ndarray],
+            in_flight: np.ndarray) -> np.ndarray:
+    """Bytes per device: parameters used (x training factor), node state, activations.
+
+    ``members``: ``(devices, group index)`` of the groups, as :func:`_flatten` gives them.
+    """
     cost, g, topo = problem.cost, problem.graph, problem.topology
-    G = len(groups)
+    G = len(in_flight)
     mem_g = np.zeros(G)
     pv, pn = cost.param_use
     if len(pv):
@@ -122,7 +126,7 @@ def _memory(problem: Problem, group_of: np.ndarray, groups: list[tuple[int, ...]
     np.maximum.at(ws, group_of, cost.working_set)
     mem_g += ws
     mem = np.zeros(topo.num_devices)
-    flat, owner = _flatten(groups)
+    flat, owner = members
     np.add.at(mem, flat, mem_g[owner])  # group by group, as a loop over the groups would add
     return mem
 
@@ -135,12 +139,13 @@ def _flatten(groups: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]
     return flat, np.repeat(np.arange(len(groups)), lens)
 
 
-def _common_checks(problem: Problem, solution: Solution, group_of: np.ndarray, groups, violations: list[str]):
+def _common_checks(problem: Problem, solution: Solution, group_of: np.ndarray, members: tuple[np.ndarray, np.ndarray],
+                   violations: list[str]):
     g, topo = problem.graph, problem.topology
     names = topo.names
     # every node where it may run (all devices of its group)
-    flat, owner = _flatten(groups)
-    starts = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(groups)))])
+    flat, owner = members
+    starts = np.concatenate([[0], np.cumsum(np.bincount(owner))])
     size = starts[1:] - starts[:-1]
     node = np.repeat(np.arange(len(group_of)), size[group_of])  # one row per (node, device of its group)
     at = np.arange(len(node)) - np.repeat(np.cumsum(size[group_of]) - size[group_of], size[group_of])
@@ -149,7 +154,7 @@ def _common_checks(problem: Problem, solution: Solution, group_of: np.ndarray, g
     if len(bad):
         i = int(bad[0])
         violations.append(f"{len(bad)} node(s) placed where they cannot run (unsupported or pinned elsewhere), "
-                          f"e.g. {g.op_name[i]!r} on {', '.join(names[d] for d in groups[group_of[i]])}")
+                          f"e.g. {g.op_name[i]!r} on {', '.join(names[d] for d in flat[owner == group_of[i]])}")
     cls = g.colocation
     has = cls >= 0
     if has.any():
@@ -253,9 +258,9 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
     load = np.zeros(D)
     np.add.at(load, unit_dev[:S][~cpu_stage], dur[:S][~cpu_stage])
     np.add.at(load, node_dev[cpu_stage[sol.assignment]], t[cpu_stage[sol.assignment]])
-    groups: list[tuple[int, ...]] = [(d,) for d in range(D)]
-    mem = _memory(problem, node_dev, groups, np.ones(D))
-    _common_checks(problem, sol, node_dev, groups, violations)
+    members = (np.arange(D), np.arange(D))  # one group per device
+    mem = _memory(problem, node_dev, members, np.ones(D))
+    _common_checks(problem, sol, node_dev, members, violations)
     memory_violations(problem, mem, violations)
     moved = int(problem.graph.value_bytes[val].sum()) if len(val) else 0
     stage_start = start[:S].copy()
@@ -345,8 +350,9 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
     if order is not None:
         position[order] = np.arange(G)
     in_flight = np.array([problem.in_flight(int(p), G) for p in position], float)
-    mem = _memory(problem, group_of, groups, in_flight)
-    _common_checks(problem, sol, group_of, groups, violations)
+    members = _flatten(groups)
+    mem = _memory(problem, group_of, members, in_flight)
+    _common_checks(problem, sol, group_of, members, violations)
     memory_violations(problem, mem, violations)
     total = fw + bw
     if problem.variant is ThroughputVariant.MAX_FW_PLUS_MAX_BW:

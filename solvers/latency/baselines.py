@@ -83,12 +83,13 @@ def packed_splits(problem: Problem) -> list[Solution]:
         return []
     t = np.where(problem.allowed[:, acc], problem.cost.device_compute[:, acc], np.inf).min(axis=1)
     total = float(t[np.isfinite(t)].sum())  # work of the nodes an accelerator can run
-    out = []
+    out, seen = [], set()
     for k in [None, *range(1, len(acc) + 1)]:
         target = math.inf if k is None else total / k * 1.02
         dev = _pack(problem, acc, target)
-        if (dev < 0).any():
+        if (dev < 0).any() or dev.tobytes() in seen:  # many targets give the same packing on large clusters
             continue
+        seen.add(dev.tobytes())
         out.append(Solution.from_devices(problem, dev, Certificate(Status.HEURISTIC, "packed split")))
     return out
 

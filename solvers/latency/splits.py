@@ -150,11 +150,10 @@ def split_dp(problem: Problem, order: np.ndarray, devices: np.ndarray | None = N
 
     dev_cost: list[tuple] = []  # per accelerator: compute prefix, disallowed prefix, recv, send, memory
     group: list[int] = []  # accelerator -> first accelerator with the same costs
+    first_with: dict[tuple, int] = {}  # costs (exact bytes) -> first accelerator with them: linear in K
     for d in devices.tolist():
         c = (*prefix(d), charges(d, True), charges(d, False), float(problem.capacity[d]) * (1 - MARGIN))
-        same = [i for i, o in enumerate(dev_cost) if o[4] == c[4]
-                and all(np.array_equal(a, b) for a, b in zip(o[:4], c[:4], strict=True))]
-        group.append(same[0] if same else len(dev_cost))
+        group.append(first_with.setdefault((c[4], *(a.tobytes() for a in c[:4])), len(dev_cost)))
         dev_cost.append(c)
     cpu_cost = (*prefix(cpu), charges(cpu, True)) if cpu is not None else None
     K = len(devices)
