@@ -20,6 +20,7 @@ from pathlib import Path
 from planmap.errors import InputError
 from planmap.frontend.stablehlo import entry_ops
 from planmap.graph import TensorType
+from planmap.io import read_input
 
 __all__ = ["Artifact", "make_context", "entry_function", "canonical_text"]
 
@@ -100,10 +101,7 @@ class Artifact:
     def from_file(cls, path: str | Path) -> Artifact:
         """Read ``.mlir`` (text), ``.vhlo``/``.mlirbc`` (portable artifact or bytecode) or ``.jaxexport``."""
         path = Path(path)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise InputError(f"{path}: model artifact not found") from None
+        data = read_input(path, "artifact")
         suffix = path.suffix
         if suffix == ".jaxexport":
             from jax import export

@@ -10,11 +10,13 @@ by ``1/sqrt(fan-in)`` so that activations stay in a range where errors are meani
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
 from planmap.errors import InputError
+from planmap.io import read_input
 from planmap.runtime.artifact import Artifact, entry_function, make_context
 
 __all__ = ["random_inputs", "load_inputs", "index_bound", "DEFAULT_INDEX_BOUND"]
@@ -96,7 +98,7 @@ def load_inputs(executable, path: str | Path) -> list[np.ndarray]:
     """Arguments from a ``.npz``: keys are argument names (``x``, ``params['w']``), ``argN`` or ``arr_N``."""
     path = Path(path)
     try:
-        data = np.load(path, allow_pickle=False)
+        data = np.load(io.BytesIO(read_input(path, "artifact")), allow_pickle=False)
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read the inputs ({e})") from None
     names = executable.artifact.arg_names

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planmap.errors import InputError
+from planmap.io import check_size
 
 if TYPE_CHECKING:
     from planmap.graph import OpGraph
@@ -47,9 +48,10 @@ def load_model(path: str | Path, format: str = "auto", *, arguments: Any = None,
     fmt = str(getattr(format, "value", format))
     if fmt not in ("auto", *mlir.FORMATS):
         raise InputError(f"{p}: unknown model format {fmt!r}; expected auto or one of {', '.join(mlir.FORMATS)}")
-    data = mlir.read_bytes(p)
+    data = mlir.read_bytes(p, "opgraph" if fmt == "opgraph" or p.suffix == ".json" else "artifact")
     detected = mlir.detect_format(data, str(p))
     if detected == "opgraph" and fmt in ("auto", "opgraph"):
+        check_size(p, "opgraph", len(data))  # an op-graph without the .json suffix has the smaller cap too
         from planmap.frontend.profiled import loads
 
         return loads(data, where=str(p), name=p.stem)

@@ -75,17 +75,11 @@ def make_context(*, allow_unregistered: bool = True) -> Any:
     return ctx
 
 
-def read_bytes(path: str | Path) -> bytes:
-    """The file's bytes, or an :class:`InputError` that names the file and what is wrong."""
-    p = Path(path)
-    try:
-        return p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{p}: model file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{p}: is a directory, expected a model artifact file") from None
-    except OSError as e:
-        raise InputError(f"{p}: cannot read the model file ({e.strerror or e})") from None
+def read_bytes(path: str | Path, kind: str = "artifact") -> bytes:
+    """The file's bytes through :func:`planmap.io.read_input` (regular file, the kind's size cap)."""
+    from planmap.io import read_input
+
+    return read_input(Path(path), kind)
 
 
 def _is_text(data: bytes) -> str | None:
@@ -237,4 +231,8 @@ def loads_json(data: bytes, where: str) -> Any:
     except UnicodeDecodeError as e:
         raise InputError(f"{where}: not UTF-8 JSON ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
-        raise InputError(f"{where}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        raise InputError(f"{where}:{e.lineno}:{e.colno}: error[json]: invalid JSON: {e.msg}") from None
+    except ValueError as e:  # an integer of more than 4,300 digits
+        raise InputError(f"{where}: error[json]: {str(e).split(';')[0]}") from None
+    except RecursionError:
+        raise InputError(f"{where}: error[json]: the JSON nests too deeply") from None

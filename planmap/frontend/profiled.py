@@ -239,7 +239,7 @@ def load(path: str | Path) -> OpGraph:
     from planmap.frontend.mlir import read_bytes
 
     p = Path(path)
-    return loads(read_bytes(p), where=str(p), name=p.stem)
+    return loads(read_bytes(p, "opgraph"), where=str(p), name=p.stem)
 
 
 def from_tarnawski(doc: dict, *, name: str = "tarnawski", where: str = "<tarnawski>") -> OpGraph:

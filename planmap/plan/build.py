@@ -17,7 +17,7 @@ import numpy as np
 from planmap import __version__
 from planmap.errors import InputError
 from planmap.evaluate import Evaluation
-from planmap.io import sha256_file
+from planmap.io import INPUT_KINDS, sha256_input
 from planmap.plan.document import (
     FORMAT_VERSION,
     DevicePrediction,
@@ -70,7 +70,8 @@ def _rel(path: Path, base: Path) -> str:
 
 def plan_input(role: str, path: Path, plan_dir: Path) -> PlanInput:
     """An input of a plan in ``plan_dir``: its path relative to the plan and the hash that makes the plan stale."""
-    return PlanInput(role=role, path=_rel(path, plan_dir), sha256=sha256_file(Path(path)))
+    digest = sha256_input(Path(path), INPUT_KINDS.get(role, "artifact"))
+    return PlanInput(role=role, path=_rel(path, plan_dir), sha256=digest)
 
 
 def _inputs(spec: Any, plan_dir: Path) -> list[PlanInput]:
@@ -191,6 +192,8 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
             devs = tuple(topo.index(d) for d in st.devices)
         except KeyError as e:
             raise InputError(f"plan stage {st.id}: {e.args[0]}") from None
+        if len(set(devs)) != len(devs):
+            raise InputError(f"plan stage {st.id} lists a device twice ({', '.join(st.devices)})")
         axes = tuple(zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True)) if st.mesh else ()
         stages.append(Stage(devs, axes))
     covered = g.members[stage_of_op[g.members] >= 0]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planmap.errors import InputError, StalePlanError
-from planmap.io import sha256_file, write_atomic
+from planmap.io import INPUT_KINDS, is_regular_file, read_input, sha256_input, write_atomic
 from planmap.plan.document import PlanDocument, parse, render
 
 __all__ = ["LoadedPlan", "header", "save", "load", "stale_inputs", "default_plan_path"]
@@ -85,7 +85,7 @@ def stale_inputs(plan: LoadedPlan) -> list[tuple[str, str, str, str | None]]:
     out: list[tuple[str, str, str, str | None]] = []
     for inp in plan.document.inputs:
         p = (plan.path.parent / inp.path)
-        current = sha256_file(p) if p.is_file() else None
+        current = sha256_input(p, INPUT_KINDS.get(inp.role, "artifact")) if is_regular_file(p) else None
         if current != inp.sha256:
             out.append((inp.role, inp.path, inp.sha256, current))
     return out
@@ -95,11 +95,9 @@ def load(path: str | Path, *, verify_inputs: bool = True) -> LoadedPlan:
     """Read a plan; with ``verify_inputs`` raise StalePlanError when an input changed."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such plan file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read the plan ({e})") from None
+        text = read_input(path, "plan").decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: error[encoding]: the plan is not UTF-8 text ({e})") from None
     plan = LoadedPlan(parse(text, str(path)), path)
     if verify_inputs:
         changed = stale_inputs(plan)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from planmap.io import InputLimitError, is_regular_file, read_input
 from planmap.spec.diagnostics import Diagnostic, SpecError
 from planmap.spec.models import API_VERSION, Cluster, PlanSpec
 from planmap.spec.yamlpos import Positions, read_yaml
@@ -160,6 +161,8 @@ def _translate(err: ErrorDetails, root: type[BaseModel], pos: Positions, file: s
     elif typ == "unit":
         code, msg = "unit", f"{where}: {ctx.get('message')}"
         got, expected = None, ctx.get("expected")
+    elif typ == "range":
+        code, msg, got, expected = "range", f"{where}: {ctx.get('message') or err['msg']}", None, ctx.get("expected")
     elif typ in ("duplicate-name", "reference", "file-not-found", "value", "missing-field", "option"):
         code, msg = typ, f"{where}: " + err["msg"]
         got, expected = ctx.get("got"), ctx.get("expected")
@@ -190,16 +193,13 @@ def _by_alias(model: type[BaseModel], alias: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ loading
-def _read(path: Path) -> tuple[Any, Positions, list[Diagnostic]]:
+def _read(path: Path, kind: str) -> tuple[Any, Positions, list[Diagnostic]]:
+    """Parse a spec or cluster file read through the bounded reader (regular file, size cap)."""
     file = str(path)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None, Positions(), [Diagnostic(file, 1, 1, "file-not-found", "no such file")]
-    except IsADirectoryError:
-        return None, Positions(), [Diagnostic(file, 1, 1, "file-not-found", "this is a directory, not a file")]
-    except OSError as e:
-        return None, Positions(), [Diagnostic(file, 1, 1, "file-not-found", f"cannot read: {e.strerror}")]
+        data = read_input(path, kind)
+    except InputLimitError as e:
+        return None, Positions(), [Diagnostic(file, 1, 1, e.code, e.detail)]
     return read_yaml(data, file)
 
 
@@ -254,7 +254,7 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
 def load_cluster(path: str | Path) -> Cluster:
     """Load and validate a ``kind: Cluster`` document; raise :class:`SpecError` with every mistake."""
     path = Path(path)
-    data, pos, diags = _read(path)
+    data, pos, diags = _read(path, "cluster")
     if data is None:
         raise SpecError(diags)
     diags += _header(data, pos, str(path), "Cluster")
@@ -272,7 +272,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     Raises :class:`SpecError` listing every mistake of the spec and of the referenced cluster file.
     """
     path = Path(path)
-    data, pos, diags = _read(path)
+    data, pos, diags = _read(path, "spec")
     if data is None:
         raise SpecError(diags)
     diags += _header(data, pos, str(path), "PlanSpec")
@@ -284,7 +284,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     if isinstance(body, dict) and isinstance(body.get("cluster"), str):
         ref = body["cluster"]
         cluster_path = path.parent / ref
-        if not cluster_path.is_file():
+        if not is_regular_file(cluster_path):
             line, col = pos.of_value(("spec", "cluster"))
             diags.append(Diagnostic(str(path), line, col, "file-not-found", f"cluster file {ref!r} does not exist",
                                     got=ref, expected="a path to a Cluster document, relative to this file"))
@@ -317,7 +317,7 @@ _PLACEHOLDER = {
 def load_document(path: str | Path) -> LoadedSpec | Cluster:
     """Load a PlanSpec or a Cluster, whichever the file's ``kind`` says."""
     path = Path(path)
-    data, pos, diags = _read(path)
+    data, pos, diags = _read(path, "spec")
     if data is None:
         raise SpecError(diags)
     diags = _header(data, pos, str(path), None)
