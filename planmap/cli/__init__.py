@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         from rich.console import Console
         from rich.markup import escape
 
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(e))}")
+        text = escape(str(e))  # "path: error[code]: message" already says it is an error
+        Console(stderr=True, highlight=False, soft_wrap=True).print(text if "error[" in str(e).split("\n")[0]
+                                                                    else f"[bold red]error:[/] {text}")
         return 1
     except (typer.Exit, typer.Abort, KeyboardInterrupt) as e:  # typer turns a KeyboardInterrupt into Exit(130)
         cause = e if isinstance(e, KeyboardInterrupt) else e.__cause__

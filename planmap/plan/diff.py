@@ -17,11 +17,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planmap.errors import InputError
 from planmap.frontend.namestack import common_scope
 from planmap.plan.build import ranges_to_ids
 from planmap.plan.document import PlanDocument
 
-__all__ = ["PlanDiff", "diff_plans", "op_placement"]
+__all__ = ["PlanDiff", "diff_plans", "op_placement", "MAX_OPS"]
+
+MAX_OPS = 100_000_000  # op ids a plan may name: far above any model, far below what would exhaust memory
 
 
 @dataclass
@@ -44,6 +47,8 @@ def op_placement(doc: PlanDocument) -> tuple[np.ndarray, list[str]]:
     labels: list[str] = []
     index: dict[str, int] = {}
     n = max((b for st in doc.stages for _, b in st.ops), default=0)
+    if n > MAX_OPS:  # the placement array would not fit in memory; no model has that many ops
+        raise InputError(f"error[value]: the plan names op id {n:,}, more than the {MAX_OPS:,} ops any model may have")
     place = np.full(n, -1, np.int64)
     for st in doc.stages:
         label = ",".join(st.devices)

@@ -261,6 +261,8 @@ def parse(text: str, file: str) -> PlanDocument:
         data = YAML(typ="safe", pure=True).load(text)
     except YAMLError as e:
         raise InputError(f"{file}: not a valid plan file (YAML error: {str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise InputError(f"{file}: error[yaml-syntax]: the plan nests too deeply to be a plan") from None
     if not isinstance(data, dict) or "format_version" not in data:
         raise InputError(f"{file}: not a planmap plan (no format_version)")
     version = str(data["format_version"])

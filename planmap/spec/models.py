@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -31,6 +32,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from planmap import units
+from planmap.io import is_regular_file
 from planmap.vocabulary import Mode, ObjectiveKind, Schedule, ThroughputVariant
 
 API_VERSION = "planmap.dev/v1alpha1"
@@ -102,6 +104,30 @@ def _parsed_by(parser) -> BeforeValidator:
     return BeforeValidator(validate)
 
 
+def _physical(what: str, lo: float, hi: float, show) -> AfterValidator:
+    """A physical-range check of a parsed unit field: a typo such as ``0.1B/s`` or ``80EiB`` is an error
+    at the value (with the range), not a division by zero or an absurd plan later."""
+    def check(value: int) -> int:
+        if not lo <= value <= hi:
+            raise PydanticCustomError("range", "{message}", {
+                "message": f"{what} {show(value)} is outside the physical range", "got": value,
+                "expected": f"{show(lo)} to {show(hi)}"})
+        return value
+
+    return AfterValidator(check)
+
+
+def _si(unit: str):
+    """Format a number with an SI prefix and ``unit`` (e.g. 1 kB/s, 100 PB/s)."""
+    def show(value: float) -> str:
+        for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if value >= factor:
+                return f"{value / factor:g} {prefix}{unit}"
+        return f"{value:g} {unit}"
+
+    return show
+
+
 def _unit_schema(pattern: str, examples: list[str], description: str) -> WithJsonSchema:
     """JSON Schema of a unit field: a non-negative integer or a string matching ``pattern``."""
     return WithJsonSchema({
@@ -169,24 +195,31 @@ class SubgraphOutputs(enum.StrEnum):
     DEVICE_MEMORY = "device-memory"
     HOST_MEMORY = "host-memory"
 
+# Hardware quantities within physical ranges (a typo is caught at its line:col, with the range).
+PhysicalBandwidth = Annotated[Bandwidth, _physical("bandwidth", 1e3, 1e17, _si("B/s"))]  # 1 kB/s .. 100 PB/s
+PhysicalMemory = Annotated[Bytes, _physical("memory", 1e3, 1e18, _si("B"))]
+PhysicalFlopRate = Annotated[FlopRate, _physical("peak rate", 1e6, 1e21, _si("FLOP/s"))]
+PhysicalLatency = Annotated[Duration, _physical("latency", 0, 1e10, _si("ns"))]  # at most 10 s
+PhysicalOverhead = Annotated[Duration, _physical("op overhead", 0, 1e9, _si("ns"))]  # at most 1 s
+
 
 class PeakFlops(_Model):
     dtype: DType = Field(description="Element type of the operands this peak applies to.")
-    rate: FlopRate = Field(description="Peak rate for that dtype, e.g. 989TFLOP/s.")
+    rate: PhysicalFlopRate = Field(description="Peak rate for that dtype, e.g. 989TFLOP/s.")
 
 
 class DeviceType(_Model):
     name: Name = Field(description="Name that hosts use to refer to this device type (e.g. h100).")
     kind: DeviceKind = Field(description="gpu, tpu, cpu or accelerator. CPUs have host memory and run "
                                          "independent operators in parallel; the others run one at a time.")
-    memory: Bytes | None = Field(default=None, description="Device memory, e.g. 80GiB. Required for every "
+    memory: PhysicalMemory | None = Field(default=None, description="Device memory, e.g. 80GiB. Required for every "
                                                            "kind but cpu (a CPU without it has no limit).")
-    memory_bandwidth: Bandwidth = Field(description="Peak memory bandwidth, e.g. 3350GB/s.")
+    memory_bandwidth: PhysicalBandwidth = Field(description="Peak memory bandwidth, e.g. 3350GB/s.")
     peak_flops: list[PeakFlops] = Field(min_length=1, description="Peak compute rate per dtype; an op whose "
                                         "dtype is not listed uses the slowest listed rate.")
     efficiency: float = Field(default=0.6, gt=0, le=1, description="Fraction of the roofline that operators "
                               "reach in practice (calibrate from a profile).")
-    op_overhead: Duration = Field(default=0, description="Fixed time per operator (kernel launch), e.g. 5us.")
+    op_overhead: PhysicalOverhead = Field(default=0, description="Fixed time per operator (kernel launch), e.g. 5us.")
     subgraph_outputs: SubgraphOutputs | None = Field(default=None, description="device-memory: consecutive "
                                                      "subgraphs on this device share data in place; host-memory: "
                                                      "each subgraph is a call whose boundary tensors go through host "
@@ -232,8 +265,8 @@ class Host(_Model):
 
 
 class Link(_Model):
-    bandwidth: Bandwidth = Field(description="Bandwidth of one direction, e.g. 450GB/s or 400Gb/s.")
-    latency: Duration = Field(default=0, description="Per-transfer latency, e.g. 2us.")
+    bandwidth: PhysicalBandwidth = Field(description="Bandwidth of one direction, e.g. 450GB/s or 400Gb/s.")
+    latency: PhysicalLatency = Field(default=0, description="Per-transfer latency, e.g. 2us.")
 
 
 class Links(_Model):
@@ -243,6 +276,9 @@ class Links(_Model):
                                     "Required when there is more than one host.")
     host_device: Link | None = Field(default=None, description="Link between host memory and a device "
                                      "(PCIe). Required when data moves through host memory.")
+
+
+MAX_DEVICES = 65_536  # per cluster: beyond it the (D, D) transfer matrices alone need tens of GiB
 
 
 class ClusterBody(_Model):
@@ -268,6 +304,10 @@ class ClusterBody(_Model):
                 if dev.type not in types:
                     _fail("reference", "unknown device type {got!r}", at=("hosts", h, "devices", d, "type"),
                           got=dev.type, expected="one of " + ", ".join(repr(n) for n in types))
+        n_devices = sum(h.count * sum(d.count for d in h.devices) for h in self.hosts)
+        if n_devices > MAX_DEVICES:
+            _fail("range", "the cluster has {got:,} devices, more than planmap plans for", at=("hosts",),
+                  got=n_devices, expected=f"at most {MAX_DEVICES:,} devices")
         n_hosts = sum(h.count for h in self.hosts)
         if n_hosts > 1 and self.links.inter_host is None:
             _fail("missing-field", "a cluster of {got} hosts needs links.interHost", at=("links",), got=n_hosts,
@@ -367,7 +407,7 @@ class ModelSource(_Model):
         base = (info.context or {}).get("base_dir")
         if base is not None:
             p = Path(base) / v
-            if not p.is_file():
+            if not is_regular_file(p):
                 raise PydanticCustomError("file-not-found", f"model source {v!r} does not exist (looked in "
                                           f"{Path(base)})", {"got": v, "expected": "a path relative to the "
                                           "spec file"})

@@ -91,6 +91,10 @@ class _Builder:
         line, col = _pos(node)
         return Diagnostic(self.file, line, col, code, message, got, expected)
 
+    def _surrogate(self, node: Node) -> Diagnostic:
+        return self._diag(node, "encoding", "the string contains a lone surrogate (an escape such as \\udc80 "
+                          "that is not a character)", expected="text that UTF-8 can encode")
+
     def build(self, node: Node, path: Path_, depth: int) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
@@ -110,7 +114,11 @@ class _Builder:
                 self.errors.append(self._diag(node, "yaml-tag", f"YAML tag {node.tag!r} is not allowed",
                                               expected="plain scalars, lists and mappings"))
                 return node.value
-            return self._constructor.construct_object(node, deep=True)
+            value = self._constructor.construct_object(node, deep=True)
+            if isinstance(value, str) and _has_surrogate(value):
+                self.errors.append(self._surrogate(node))
+                return ""
+            return value
         raise _Stop(self._diag(node, "yaml-syntax", f"unsupported YAML node {type(node).__name__}"))
 
     def _pairs(self, node: MappingNode, depth: int):
@@ -139,6 +147,9 @@ class _Builder:
                                               expected="a field name"))
                 continue
             key = knode.value
+            if _has_surrogate(key):
+                self.errors.append(self._surrogate(knode))
+                continue
             if key in out:
                 self.errors.append(self._diag(knode, "duplicate-key", f"key {key!r} appears twice in this mapping",
                                               got=key, expected="each key once"))
@@ -146,6 +157,15 @@ class _Builder:
             self.pos.keys[path + (key,)] = _pos(knode)
             out[key] = self.build(vnode, path + (key,), depth + 1)
         return out
+
+
+def _has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (possible through YAML escapes; no encoder accepts it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _decode(data: bytes, file: str) -> str:
