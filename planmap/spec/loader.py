@@ -308,8 +308,8 @@ def load_spec(path: str | Path) -> LoadedSpec:
 # When the referenced cluster is broken, errors under these paths are consequences, not news.
 _CLUSTER_DEPENDENT = (("spec", "cluster"), ("spec", "constraints", "pins"))
 _PLACEHOLDER = {
-    "deviceTypes": [{"name": "placeholder", "kind": "cpu", "memoryBandwidth": 1, "peakFlops": [
-        {"dtype": "f32", "rate": 1}]}],
+    "deviceTypes": [{"name": "placeholder", "kind": "cpu", "memoryBandwidth": "1GB/s", "peakFlops": [
+        {"dtype": "f32", "rate": "1GFLOP/s"}]}],
     "hosts": [{"name": "placeholder", "devices": [{"name": "cpu", "type": "placeholder"}]}],
 }
 

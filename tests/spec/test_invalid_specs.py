@@ -63,7 +63,7 @@ CASES = [
     ("enum", edit(l24="    kind: speed"), 24, "speed", "value", "'latency', 'throughput'"),
     ("type", edit(l10="    globalBatch: many"), 10, "many", "type", "an integer"),
     ("range", edit(l26="    threads: 0"), 26, "0", "value", ">= 1"),
-    ("duplicate-dtype", edit(l17="        peakFlops: [{dtype: bf16, rate: 1}, {dtype: bf16, rate: 2}]"), 17,
+    ("duplicate-dtype", edit(l17="        peakFlops: [{dtype: bf16, rate: 1TFLOP/s}, {dtype: bf16, rate: 2TFLOP/s}]"), 17,
      "bf16, rate: 2", "duplicate-name", "listed twice"),
     ("unknown-device-type", edit(l20="        devices: [{name: gpu, type: h100, count: 4}]"), 20, "h100",
      "reference", "unknown device type"),
