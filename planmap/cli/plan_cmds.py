@@ -189,10 +189,12 @@ def diff(
 ) -> None:
     """Show what changed between two plans at the level of decisions. Exit 1 when they differ."""
     from planmap import plan as plan_mod
-    from planmap.plan.diff import diff_plans
+    from planmap.plan.diff import check_op_ids, diff_plans
 
     a = plan_mod.load(old, verify_inputs=False)
     b = plan_mod.load(new, verify_inputs=False)
+    check_op_ids(a.document, str(old))
+    check_op_ids(b.document, str(new))
     names = _op_names(b) or _op_names(a)
     d = diff_plans(a.document, b.document, names)
     if not d.changed:

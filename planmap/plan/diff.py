@@ -22,7 +22,7 @@ from planmap.frontend.namestack import common_scope
 from planmap.plan.build import ranges_to_ids
 from planmap.plan.document import PlanDocument
 
-__all__ = ["PlanDiff", "diff_plans", "op_placement", "MAX_OPS"]
+__all__ = ["PlanDiff", "diff_plans", "op_placement", "check_op_ids", "MAX_OPS"]
 
 MAX_OPS = 100_000_000  # op ids a plan may name: far above any model, far below what would exhaust memory
 
@@ -42,13 +42,21 @@ class PlanDiff:
                     or any(o != n for _, o, n in self.predicted))
 
 
+def check_op_ids(doc: PlanDocument, where: str) -> int:
+    """The plan's largest op id; an InputError when no model could have it (the placement array of
+    a diff is that long, so ``[[0, 10**12]]`` would ask for terabytes)."""
+    n = max((b for st in doc.stages for _, b in st.ops), default=0)
+    if n > MAX_OPS:
+        raise InputError(f"{where}: error[value]: the plan names op id {n:,}, more than the {MAX_OPS:,} ops "
+                         "any model may have")
+    return n
+
+
 def op_placement(doc: PlanDocument) -> tuple[np.ndarray, list[str]]:
     """(placement index per op id or -1, list of placement labels "dev0,dev1")."""
     labels: list[str] = []
     index: dict[str, int] = {}
-    n = max((b for st in doc.stages for _, b in st.ops), default=0)
-    if n > MAX_OPS:  # the placement array would not fit in memory; no model has that many ops
-        raise InputError(f"error[value]: the plan names op id {n:,}, more than the {MAX_OPS:,} ops any model may have")
+    n = check_op_ids(doc, "plan")
     place = np.full(n, -1, np.int64)
     for st in doc.stages:
         label = ",".join(st.devices)
