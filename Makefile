@@ -11,7 +11,7 @@ export PYTHONHASHSEED = 0
 DEMO_SPEC ?= specs/gpt-8dev.yaml
 DEMO_PLAN := plans/$(basename $(notdir $(DEMO_SPEC))).plan.yaml
 
-.PHONY: install demo test schemas goldens bench lint typecheck clean fixtures
+.PHONY: install demo test schemas goldens bench lint typecheck clean fixtures fuzz
 
 # Re-install only when the project metadata or the pins change (idempotent, fast otherwise).
 $(STAMP): pyproject.toml constraints.txt
@@ -49,6 +49,11 @@ bench: $(STAMP)
 	$(PY) bench/latency.py --time-limit 20
 	$(PY) bench/throughput.py --quick
 	$(PY) bench/runtime.py --steps 3
+
+# Reliability fuzzer (issue 18): mutated specs, clusters, plans, op-graph JSON and artifacts for DURATION seconds.
+DURATION ?= 600
+fuzz: $(STAMP)
+	$(PY) tools/fuzz.py --duration $(DURATION)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check planmap solvers runtime tests bench tools

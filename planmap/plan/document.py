@@ -251,6 +251,30 @@ def _body(doc: PlanDocument) -> str:
     return "\n".join(out) + "\n"
 
 
+def _has_cycle(data: Any) -> bool:
+    """Whether a loaded YAML value contains itself (``&a [*a]``); each shared node is walked once."""
+    done: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    open_: set[int] = set()
+    while stack:
+        node, leaving = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        key = id(node)
+        if leaving:
+            open_.discard(key)
+            done.add(key)
+            continue
+        if key in open_:
+            return True
+        if key in done:
+            continue
+        open_.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in (node.values() if isinstance(node, dict) else node))
+    return False
+
+
 def parse(text: str, file: str) -> PlanDocument:
     """Parse plan bytes; refuse another major format version; InputError on anything malformed."""
     from pydantic import ValidationError
@@ -263,6 +287,10 @@ def parse(text: str, file: str) -> PlanDocument:
         raise InputError(f"{file}: not a valid plan file (YAML error: {str(e).splitlines()[0]})") from None
     except RecursionError:
         raise InputError(f"{file}: error[yaml-syntax]: the plan nests too deeply to be a plan") from None
+    except (TypeError, ValueError) as e:  # e.g. a list as a mapping key
+        raise InputError(f"{file}: error[yaml-syntax]: not a valid plan file ({e})") from None
+    if _has_cycle(data):
+        raise InputError(f"{file}: error[yaml-syntax]: the plan refers to itself through a YAML alias")
     if not isinstance(data, dict) or "format_version" not in data:
         raise InputError(f"{file}: not a planmap plan (no format_version)")
     version = str(data["format_version"])
