@@ -82,7 +82,8 @@ def _open_regular(path: str | Path, kind: str) -> Iterator[tuple[int, int]]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
-        raise InputLimitError(path, "file-not-found", f"no such {kind} file") from None
+        noun = "model" if kind in ("artifact", "opgraph") else kind
+        raise InputLimitError(path, "file-not-found", f"{noun} file not found") from None
     except IsADirectoryError:
         raise InputLimitError(path, "not-a-file", f"this is a directory, not a {kind} file") from None
     except (OSError, ValueError) as e:  # ValueError: a NUL in the path

@@ -251,13 +251,19 @@ def _body(doc: PlanDocument) -> str:
     return "\n".join(out) + "\n"
 
 
-def _has_cycle(data: Any) -> bool:
-    """Whether a loaded YAML value contains itself (``&a [*a]``); each shared node is walked once."""
+def _structure_problem(data: Any) -> str | None:
+    """What makes a loaded YAML value unusable as a plan — it contains itself (``&a [*a]``) or a string
+    with a lone surrogate (a ``\\udc80`` escape) — or None; each shared node is walked once."""
     done: set[int] = set()
     stack: list[tuple[Any, bool]] = [(data, False)]
     open_: set[int] = set()
     while stack:
         node, leaving = stack.pop()
+        if isinstance(node, str) and not node.isascii():
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return "error[encoding]: a string of the plan holds a lone surrogate (not a character)"
         if not isinstance(node, dict | list):
             continue
         key = id(node)
@@ -266,13 +272,13 @@ def _has_cycle(data: Any) -> bool:
             done.add(key)
             continue
         if key in open_:
-            return True
+            return "error[yaml-syntax]: the plan refers to itself through a YAML alias"
         if key in done:
             continue
         open_.add(key)
         stack.append((node, True))
-        stack.extend((child, False) for child in (node.values() if isinstance(node, dict) else node))
-    return False
+        stack.extend((child, False) for child in ([*node, *node.values()] if isinstance(node, dict) else node))
+    return None
 
 
 def parse(text: str, file: str) -> PlanDocument:
@@ -289,8 +295,9 @@ def parse(text: str, file: str) -> PlanDocument:
         raise InputError(f"{file}: error[yaml-syntax]: the plan nests too deeply to be a plan") from None
     except (TypeError, ValueError) as e:  # e.g. a list as a mapping key
         raise InputError(f"{file}: error[yaml-syntax]: not a valid plan file ({e})") from None
-    if _has_cycle(data):
-        raise InputError(f"{file}: error[yaml-syntax]: the plan refers to itself through a YAML alias")
+    problem = _structure_problem(data)
+    if problem is not None:
+        raise InputError(f"{file}: {problem}")
     if not isinstance(data, dict) or "format_version" not in data:
         raise InputError(f"{file}: not a planmap plan (no format_version)")
     version = str(data["format_version"])

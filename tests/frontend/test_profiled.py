@@ -97,7 +97,7 @@ def test_invalid_documents_are_input_errors(tmp_path, mutate, message):
 def test_broken_json_points_at_the_position(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{"format": "planmap.opgraph/v1",\n "nodes": [}')
-    with pytest.raises(InputError, match=r"broken.json:2:12: invalid JSON"):
+    with pytest.raises(InputError, match=r"broken.json:2:12: error\[json\]: invalid JSON"):
         load_model(path)
 
 
