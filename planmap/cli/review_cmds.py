@@ -43,7 +43,8 @@ def _consoles() -> tuple[Console, Console]:
 
 
 def check(
-    plans: list[Path] = typer.Argument(..., help="Plan files.", show_default=False),
+    plans: list[Path] = typer.Argument(..., help="Plan files, or directories to search for *.plan.yaml.",
+                                       show_default=False),
     resolve: bool = typer.Option(False, "--resolve", help="Also solve each spec again and require identical bytes."),
     fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f",
                                     help="text, json (schemas/plan-check.schema.json) or github (annotations)."),
@@ -56,7 +57,7 @@ def check(
     from planmap.plan.review import check_github, check_results
 
     reports = []
-    for p in plans:
+    for p in _expand(plans):
         try:
             reports.append(run_check(p, resolve=resolve))
         except PlanmapError as e:  # unreadable plan or spec: an error of this plan, the others still checked
@@ -80,6 +81,21 @@ def check(
                 err.print(f"{escape(str(rep.path))}: [yellow]{escape(msg)}[/]")
     if results.exit_status:
         raise typer.Exit(results.exit_status)
+
+
+def _expand(paths: list[Path]) -> list[Path]:
+    """Plan files as given; a directory stands for its ``*.plan.yaml`` files, sorted (what a CI job or a
+    pre-commit hook passes when any input may have staled any plan)."""
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(p.rglob("*.plan.yaml"))
+            if not found:
+                raise PlanmapError(f"{p}: no *.plan.yaml files in this directory")
+            out += found
+        else:
+            out.append(p)
+    return out
 
 
 def diff(
