@@ -148,7 +148,8 @@ def _predicted(d: PlanDiff, old: PlanDocument, new: PlanDocument) -> None:
     for dev in sorted(set(da) | set(db)):
         a, b = da.get(dev), db.get(dev)
         if a is None or b is None:  # a device only one plan uses: its numbers, "-" on the other side
-            x = a or b
+            x = a if a is not None else b
+            assert x is not None  # dev comes from da or db
             for what, text in ((f"memory {dev}", format_bytes(x.memory)), (f"load {dev}", dur(x.load_ns))):
                 d.predicted.append((what, "-", text) if a is None else (what, text, "-"))
             continue
@@ -156,8 +157,10 @@ def _predicted(d: PlanDiff, old: PlanDocument, new: PlanDocument) -> None:
         if a.load_ns != b.load_ns:
             add(f"load {dev}", dur, a.load_ns, b.load_ns, "ns")
         if a.capacity != b.capacity:
-            d.predicted.append((f"capacity {dev}", *(format_bytes(c) if c is not None else "unlimited"
-                                                     for c in (a.capacity, b.capacity))))
+            def cap(c: int | None) -> str:
+                return "unlimited" if c is None else format_bytes(c)
+
+            d.predicted.append((f"capacity {dev}", cap(a.capacity), cap(b.capacity)))
     d.predicted.append(("solver", f"{old.solver.name} ({old.solver.status})",
                         f"{new.solver.name} ({new.solver.status})"))
 
