@@ -23,6 +23,8 @@ SCHEMAS: dict[str, str] = {
     "cluster.schema.json": "planmap.spec.models:Cluster",
     "plan.schema.json": "planmap.plan.document:PlanDocument",
     "opgraph.schema.json": "planmap.frontend.profiled:ProfiledGraph",
+    "plan-check.schema.json": "planmap.plan.review:CheckResults",
+    "plan-diff.schema.json": "planmap.plan.review:DiffReport",
 }
 
 

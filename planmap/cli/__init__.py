@@ -1,7 +1,10 @@
 """The ``planmap`` command line: thin Typer commands over library functions.
 
-User errors (:class:`planmap.errors.PlanmapError`) print their message and exit 1 without a
-traceback; ``--debug`` re-raises them. Each command group lives in its own module with a
+Exit statuses follow Terraform's detailed style (:mod:`planmap.cli.exits`): 0 up to date / no
+differences, 2 stale / different, 1 error. User errors (:class:`planmap.errors.PlanmapError`) print
+their message and exit 1 without a traceback (``--debug`` re-raises them); usage errors (an unknown
+option, a missing argument) print Click's message and exit 1 too, not Click's 2, so that 2 always
+means "stale or different". Each command group lives in its own module with a
 ``register(app)`` function, so the CLI stays one concept per module and imports heavy
 dependencies (jax, pyomo) only when a command that needs them runs.
 """
@@ -18,6 +21,7 @@ import typer
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from planmap import __version__  # noqa: E402
+from planmap.cli.exits import EPILOG, ERROR  # noqa: E402
 from planmap.cli.signals import SignalGuard, Terminated  # noqa: E402
 from planmap.errors import PlanmapError  # noqa: E402
 
@@ -28,6 +32,7 @@ _COMMAND_MODULES = (
     "planmap.cli.spec_cmds",
     "planmap.cli.frontend_cmds",
     "planmap.cli.plan_cmds",
+    "planmap.cli.review_cmds",
     "planmap.cli.run_cmds",
 )
 
@@ -42,6 +47,7 @@ state = _State()
 app = typer.Typer(
     name="planmap",
     help="Plan how a model is spread over devices, as a reviewed, versioned file.",
+    epilog=EPILOG,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -66,6 +72,8 @@ def _root(
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(_name).register(app)
+for _command in app.registered_commands:  # every command's --help ends with the exit statuses
+    _command.epilog = _command.epilog or EPILOG
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         text = escape(str(e))  # "path: error[code]: message" already says it is an error
         Console(stderr=True, highlight=False, soft_wrap=True).print(text if "error[" in str(e).split("\n")[0]
                                                                     else f"[bold red]error:[/] {text}")
-        return 1
+        return ERROR
     except (typer.Exit, typer.Abort, KeyboardInterrupt) as e:  # typer turns a KeyboardInterrupt into Exit(130)
         cause = e if isinstance(e, KeyboardInterrupt) else e.__cause__
         if isinstance(cause, KeyboardInterrupt):
@@ -95,13 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, typer.Exit):
             return e.exit_code
         print("aborted", file=sys.stderr)
-        return 1
+        return ERROR
     except typer.exceptions.TyperException as e:  # usage errors: bad option, missing argument
         show = getattr(e, "show", None)
         if show is None:
             raise
         show()
-        return getattr(e, "exit_code", 2)
+        return ERROR  # Click's usage status is 2, which here means "stale or different"
     finally:
         state.signals = None
     if guard.received is not None:  # typer returned Exit(130) for the KeyboardInterrupt the signal raised

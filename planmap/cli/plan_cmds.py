@@ -1,4 +1,4 @@
-"""``planmap solve | check | diff | explain | solvers``: from a spec to a reviewed plan file."""
+"""``planmap solve | explain | solvers``: from a spec to a plan file (``check`` and ``diff`` are in review_cmds)."""
 
 from __future__ import annotations
 
@@ -162,75 +162,6 @@ class _Null:
         return False
 
 
-def check(
-    plans: list[Path] = typer.Argument(..., help="Plan files.", show_default=False),
-    resolve: bool = typer.Option(False, "--resolve", help="Also solve each spec again and require identical bytes."),
-) -> None:
-    """Check plans: inputs unchanged, decisions feasible and reproducing the recorded predictions. Exit 1 otherwise."""
-    from planmap.plan import check as run_check
-
-    bad = 0
-    for p in plans:
-        report = run_check(p, resolve=resolve)
-        if report.ok:
-            note = f" ({'; '.join(report.notes)})" if report.notes else ""
-            out.print(f"{p}: ok{note}")
-        else:
-            bad += 1
-            for msg in report.problems:
-                err.print(f"{p}: [red]{msg}[/]")
-    if bad:
-        raise typer.Exit(1)
-
-
-def diff(
-    old: Path = typer.Argument(..., help="The old plan.", show_default=False),
-    new: Path = typer.Argument(..., help="The new plan.", show_default=False),
-) -> None:
-    """Show what changed between two plans at the level of decisions. Exit 1 when they differ."""
-    from planmap import plan as plan_mod
-    from planmap.plan.diff import check_op_ids, diff_plans
-
-    a = plan_mod.load(old, verify_inputs=False)
-    b = plan_mod.load(new, verify_inputs=False)
-    check_op_ids(a.document, str(old))
-    check_op_ids(b.document, str(new))
-    names = _op_names(b) or _op_names(a)
-    d = diff_plans(a.document, b.document, names)
-    if not d.changed:
-        out.print("no differences")
-        return
-    for line in d.settings:
-        out.print(f"[yellow]~[/] {line}")
-    if d.moved:
-        t = Table(title=f"{len(d.moved)} moved op range(s)", title_justify="left")
-        for col in ("ops", "from", "to", "layer"):
-            t.add_column(col)
-        for start, stop, before, after, label in d.moved[:200]:
-            t.add_row(f"[{start}, {stop})", before, after, label)
-        out.print(t)
-    if d.only_old or d.only_new:
-        out.print(f"ops placed only in the old plan: {d.only_old}; only in the new plan: {d.only_new}")
-    for line in d.shardings:
-        out.print(f"[yellow]~[/] sharding {line}")
-    t = Table(title="predicted", title_justify="left")
-    for col in ("", "old", "new"):
-        t.add_column(col)
-    for what, a_, b_ in d.predicted:
-        t.add_row(what, a_, b_ if a_ == b_ else f"[bold]{b_}[/]")
-    out.print(t)
-    raise typer.Exit(1)
-
-
-def _op_names(plan) -> list[str] | None:
-    try:
-        from planmap.frontend import load_model
-
-        return list(load_model(plan.model_path).op_name)
-    except Exception:  # noqa: BLE001 - names are a convenience; the diff works without them
-        return None
-
-
 def explain(
     plan: Path = typer.Argument(..., help="Plan file.", show_default=False),
     png: Path = typer.Option(None, "--png", help="Also draw the timeline, memory and placement picture."),
@@ -271,7 +202,5 @@ def solvers() -> None:
 
 def register(app: typer.Typer) -> None:
     app.command()(solve)
-    app.command()(check)
-    app.command()(diff)
     app.command()(explain)
     app.command()(solvers)

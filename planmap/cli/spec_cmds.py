@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from planmap.errors import PlanmapError
+from planmap.cli.exits import CHANGED, ERROR
 
 if TYPE_CHECKING:
     from planmap.spec.diagnostics import Diagnostic
@@ -25,7 +25,8 @@ def validate(
     fmt: OutputFormat = typer.Option(OutputFormat.text, "--format", "-f",
                                      help="text (file:line:col), json, or github (workflow annotations)."),
 ) -> None:
-    """Validate specs: every mistake of every file, each at its line and column. Exit 1 on any error."""
+    """Validate specs: every mistake of every file, each at its line and column. Exit 0 when all are valid,
+    1 on any error."""
     from planmap.spec import SpecError, load_document, render
 
     diagnostics: list[Diagnostic] = []
@@ -48,20 +49,22 @@ def validate(
             n_files = len({d.file for d in diagnostics})
             typer.echo(f"{len(diagnostics)} error(s) in {n_files} file(s)", err=True)
     if diagnostics:
-        raise typer.Exit(1)
+        raise typer.Exit(ERROR)
 
 
 def schema(
     out: Path = typer.Option(Path("schemas"), "--out", "-o", help="Directory to write the schemas into."),
-    check: bool = typer.Option(False, "--check", help="Only check that the files are up to date (exit 1 if not)."),
+    check: bool = typer.Option(False, "--check", help="Only check that the files are up to date (exit 2 if not)."),
 ) -> None:
-    """Generate the JSON Schemas of planmap's documents (PlanSpec, Cluster, plans, op graphs)."""
+    """Generate the JSON Schemas of planmap's documents (PlanSpec, Cluster, plans, op graphs, check and diff
+    reports). With --check: exit 0 when the files are up to date, 2 when one is stale or missing."""
     from planmap.schema import stale, write_all
 
     if check:
         bad = stale(out)
         if bad:
-            raise PlanmapError(f"stale schemas in {out}: {', '.join(bad)}; regenerate with `make schemas`")
+            typer.echo(f"stale schemas in {out}: {', '.join(bad)}; regenerate with `make schemas`", err=True)
+            raise typer.Exit(CHANGED)
         typer.echo(f"schemas in {out} are up to date")
         return
     for p in write_all(out):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["StackInfo", "parse_stack", "Labels", "label_ops", "common_scope"]
+__all__ = ["StackInfo", "parse_stack", "Labels", "label_ops", "common_scope", "scopes"]
 
 _WRAPPERS = frozenset({"jvp", "transpose", "vmap", "remat", "checkpoint", "jit", "pjit", "xla_call",
                        "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map", "pmap",
@@ -65,6 +65,13 @@ def _unwrap(component: str) -> str:
         if not m or m.group(1) not in _WRAPPERS:
             return component
         component = m.group(2)
+
+
+def scopes(name: str) -> list[str]:
+    """The user scopes of an op's name stack, outermost first: the jitted function (``jit(f)``) dropped,
+    transform wrappers unwrapped (``transpose(jvp(embed))`` is ``embed``), the op itself left out."""
+    parts = (c for c in _split(name)[:-1] if not c.startswith(("jit(", "pjit(")))
+    return [p for p in map(_unwrap, parts) if p and "(" not in p]
 
 
 def parse_stack(name: str) -> StackInfo:

@@ -18,6 +18,7 @@ from planmap import __version__
 from planmap.errors import InputError
 from planmap.evaluate import Evaluation
 from planmap.io import INPUT_KINDS, sha256_input
+from planmap.plan.canonical import CANONICAL_ROLES, canonical_sha256
 from planmap.plan.document import (
     FORMAT_VERSION,
     DevicePrediction,
@@ -69,9 +70,11 @@ def _rel(path: Path, base: Path) -> str:
 
 
 def plan_input(role: str, path: Path, plan_dir: Path) -> PlanInput:
-    """An input of a plan in ``plan_dir``: its path relative to the plan and the hash that makes the plan stale."""
+    """An input of a plan in ``plan_dir``: its path relative to the plan and the hashes that make the plan stale
+    (spec and cluster also by their parsed content, see :mod:`planmap.plan.canonical`)."""
+    canonical = canonical_sha256(path) if role in CANONICAL_ROLES else None
     digest = sha256_input(Path(path), INPUT_KINDS.get(role, "artifact"))
-    return PlanInput(role=role, path=_rel(path, plan_dir), sha256=digest)
+    return PlanInput(role=role, path=_rel(path, plan_dir), sha256=digest, canonical_sha256=canonical)
 
 
 def _inputs(spec: Any, plan_dir: Path) -> list[PlanInput]:

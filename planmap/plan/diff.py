@@ -35,6 +35,7 @@ class PlanDiff:
     shardings: list[str] = field(default_factory=list)
     settings: list[str] = field(default_factory=list)  # objective, schedule, mesh, inputs
     predicted: list[tuple[str, str, str]] = field(default_factory=list)  # (what, old, new)
+    values: dict[str, tuple[int, int]] = field(default_factory=dict)  # what -> exact (old, new) ns or bytes
 
     @property
     def changed(self) -> bool:
@@ -113,7 +114,7 @@ def diff_plans(old: PlanDocument, new: PlanDocument, op_names: list[str] | None 
     ib = {i.role: i for i in new.inputs}
     for role in sorted(set(ia) | set(ib)):
         in_a, in_b = ia.get(role), ib.get(role)
-        if (in_a and in_a.sha256) != (in_b and in_b.sha256):
+        if (in_a and in_a.content_hash) != (in_b and in_b.content_hash):
             d.settings.append(f"input {role}: different file contents")
         elif (in_a and in_a.path) != (in_b and in_b.path):
             d.settings.append(f"input {role}: {in_a and in_a.path} -> {in_b and in_b.path}")
@@ -147,21 +148,32 @@ def _predicted(d: PlanDiff, old: PlanDocument, new: PlanDocument) -> None:
     def dur(v: int) -> str:
         return format_duration(v * 1e-9)
 
+    def add(what: str, fmt, a: int, b: int, unit: str) -> None:
+        d.predicted.append((what, *_pair(fmt, a, b, unit)))
+        d.values[what] = (a, b)
+
     po, pn = old.predicted, new.predicted
-    d.predicted.append(("objective", *_pair(dur, po.objective_ns, pn.objective_ns, "ns")))
-    d.predicted.append(("step time", *_pair(dur, po.step_time_ns, pn.step_time_ns, "ns")))
-    d.predicted.append(("bytes moved", *_pair(format_bytes, po.bytes_moved, pn.bytes_moved, "B")))
+    add("objective", dur, po.objective_ns, pn.objective_ns, "ns")
+    add("step time", dur, po.step_time_ns, pn.step_time_ns, "ns")
+    add("bytes moved", format_bytes, po.bytes_moved, pn.bytes_moved, "B")
     da = {x.device: x for x in po.devices}
     db = {x.device: x for x in pn.devices}
     for dev in sorted(set(da) | set(db)):
         a, b = da.get(dev), db.get(dev)
-        d.predicted.append((f"memory {dev}", *_pair(format_bytes, a.memory if a else 0, b.memory if b else 0, "B")))
-        la, lb = (a.load_ns if a else 0), (b.load_ns if b else 0)
-        if la != lb:
-            d.predicted.append((f"load {dev}", *_pair(dur, la, lb, "ns")))
-        ca, cb = (a.capacity if a else None), (b.capacity if b else None)
-        if ca != cb:
-            d.predicted.append((f"capacity {dev}", str(ca), str(cb)))
+        if a is None or b is None:  # a device only one plan uses: its numbers, "-" on the other side
+            x = a if a is not None else b
+            assert x is not None  # dev comes from da or db
+            for what, text in ((f"memory {dev}", format_bytes(x.memory)), (f"load {dev}", dur(x.load_ns))):
+                d.predicted.append((what, "-", text) if a is None else (what, text, "-"))
+            continue
+        add(f"memory {dev}", format_bytes, a.memory, b.memory, "B")
+        if a.load_ns != b.load_ns:
+            add(f"load {dev}", dur, a.load_ns, b.load_ns, "ns")
+        if a.capacity != b.capacity:
+            def cap(c: int | None) -> str:
+                return "unlimited" if c is None else format_bytes(c)
+
+            d.predicted.append((f"capacity {dev}", cap(a.capacity), cap(b.capacity)))
     d.predicted.append(("solver", f"{old.solver.name} ({old.solver.status})",
                         f"{new.solver.name} ({new.solver.status})"))
 

@@ -7,7 +7,8 @@ emitter is written by hand for that reason — a generic YAML dumper decides lin
 
 Versioning: ``format_version: "MAJOR.MINOR"``. A minor bump only adds fields (readers ignore
 unknown fields); a major bump changes meaning, and readers refuse plans of another major. 1.1 added
-the ``digest`` line.
+the ``digest`` line; 1.2 added ``canonical_sha256`` to the spec and cluster inputs (staleness by
+meaning: see :mod:`planmap.plan.canonical`), keeping ``sha256`` of the bytes for older readers.
 
 The last line, ``digest: sha256:<hex>``, is the SHA-256 of the canonical rendering of every other
 field (no comment header, no digest line). It is tamper-EVIDENCE, not a signature: anyone can
@@ -47,7 +48,7 @@ __all__ = [
     "parse",
 ]
 
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.2"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -60,6 +61,16 @@ class PlanInput(_Doc):
     role: Literal["spec", "cluster", "model"] = Field(description="What the input is.")
     path: str = Field(description="Path relative to the plan file's directory (POSIX separators).")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file's bytes.")
+    canonical_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="SHA-256 of the parsed YAML content as canonical JSON (spec and cluster, format >= 1.2): "
+                    "when present, staleness compares this hash, so comments, whitespace and key order do not "
+                    "stale the plan.")
+
+    @property
+    def content_hash(self) -> str:
+        """The hash that decides staleness: canonical when recorded, else the bytes'."""
+        return self.canonical_sha256 or self.sha256
 
 
 class MeshDoc(_Doc):
@@ -213,7 +224,7 @@ def _body(doc: PlanDocument) -> str:
     out.append(f"objective: {_flow({k: v for k, v in d['objective'].items() if v is not None})}")
     out.append(f"mode: {d['mode']}")
     out.append("inputs:" if d["inputs"] else "inputs: []")
-    out += [f"  - {_flow(i)}" for i in d["inputs"]]
+    out += [f"  - {_flow({k: v for k, v in i.items() if v is not None})}" for i in d["inputs"]]
     out.append(f"data_args: {_flow(d['data_args'])}")
     out.append("mesh:")
     out.append(f"  axis_names: {_flow(d['mesh']['axis_names'])}")

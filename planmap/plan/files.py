@@ -15,6 +15,7 @@ from pathlib import Path
 
 from planmap.errors import InputError, StalePlanError
 from planmap.io import INPUT_KINDS, is_regular_file, read_input, sha256_input, write_atomic
+from planmap.plan.canonical import canonical_sha256
 from planmap.plan.document import PlanDocument, parse, render
 
 __all__ = ["LoadedPlan", "header", "save", "load", "stale_inputs", "default_plan_path"]
@@ -81,13 +82,21 @@ def save(doc: PlanDocument, path: Path, *, header_lines: list[str]) -> Path:
 
 
 def stale_inputs(plan: LoadedPlan) -> list[tuple[str, str, str, str | None]]:
-    """(role, path, recorded sha256, current sha256 or None if missing) for every changed input."""
+    """(role, path, recorded hash, current hash or None if missing) for every changed input.
+
+    An input recorded with a ``canonical_sha256`` (format >= 1.2) is compared by its parsed content, so a
+    comment or key-order edit does not count; older plans and model artifacts compare raw bytes."""
     out: list[tuple[str, str, str, str | None]] = []
     for inp in plan.document.inputs:
         p = (plan.path.parent / inp.path)
-        current = sha256_input(p, INPUT_KINDS.get(inp.role, "artifact")) if is_regular_file(p) else None
-        if current != inp.sha256:
-            out.append((inp.role, inp.path, inp.sha256, current))
+        if not is_regular_file(p):
+            current = None
+        elif inp.canonical_sha256 is not None:
+            current = canonical_sha256(p)
+        else:
+            current = sha256_input(p, INPUT_KINDS.get(inp.role, "artifact"))
+        if current != inp.content_hash:
+            out.append((inp.role, inp.path, inp.content_hash, current))
     return out
 
 

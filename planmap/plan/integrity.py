@@ -11,6 +11,13 @@ are distinct per stage, op ranges in bounds and a partition), the certificate fo
 the digest line for tamper evidence. ``check(resolve=True)`` also solves the spec again with the
 *spec's* solver and requires identical bytes — the proof that the decisions are what a solve gives.
 
+Findings come in two kinds, as in Terraform's detailed exit codes: ``stale`` (an input changed by
+meaning, or an intact plan of another planmap version no longer reproduces: regenerate it; `check`
+exits 2) and ``problems``
+(a broken, tampered or unreadable plan, an input gone missing: `check` exits 1). Inputs are compared
+by the hashes the plan's format recorded (spec and cluster by meaning from format 1.2 on; a 1.1
+plan by bytes), and the re-derived document is written in the recorded format before comparing.
+
 ``planmap run`` and :func:`planmap.runtime.load` call :func:`verify`, which raises on any problem:
 there is no way to execute a plan that ``check`` rejects except an explicit ``unchecked``.
 """
@@ -34,12 +41,24 @@ class CheckReport:
     """What `planmap check` found; ``ok`` when nothing is wrong."""
 
     path: Path
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # broken, tampered or uncheckable: an error
     notes: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # out of date: regenerate the plan
+    regenerate: str = ""  # the command that regenerates the plan
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and not self.stale
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``stale`` (regenerate) or ``error`` (broken; wins over stale)."""
+        return "error" if self.problems else "stale" if self.stale else "ok"
+
+    @property
+    def messages(self) -> list[str]:
+        """Every finding, errors first."""
+        return [*self.problems, *self.stale]
 
 
 class IntegrityError(PlanmapError):
@@ -124,6 +143,23 @@ def _spec_inputs(plan, spec) -> list[str]:
     return out
 
 
+def _as_recorded(recorded: PlanDocument, rebuilt: PlanDocument) -> PlanDocument:
+    """The re-derived document in the recorded plan's terms: its format version, no canonical hashes when it
+    recorded none (format 1.1), and the recorded byte hash of an input whose content hash still matches (a
+    comment edit changes the bytes, not the meaning)."""
+    old = {i.role: i for i in recorded.inputs}
+    inputs = []
+    for inp in rebuilt.inputs:
+        was = old.get(inp.role)
+        if was is not None and was.canonical_sha256 is None:
+            inp = inp.model_copy(update={"canonical_sha256": None})
+        if was is not None and was.canonical_sha256 is not None and was.canonical_sha256 == inp.canonical_sha256:
+            inp = inp.model_copy(update={"sha256": was.sha256})
+        inputs.append(inp)
+    return rebuilt.model_copy(update={"inputs": inputs, "format_version": recorded.format_version,
+                                      "generator": recorded.generator})
+
+
 def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     """Check a plan against its spec and artifact (see the module docstring); ``resolve`` also re-solves."""
     from planmap.assemble import build_problem
@@ -134,6 +170,7 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     path = Path(path)
     report = CheckReport(path)
     plan = load(path, verify_inputs=False)
+    report.regenerate = plan.regenerate_command()
     doc = plan.document
     if doc.digest is None:
         report.problems.append(f"the plan has no digest line (format {doc.format_version}); regenerate it with: "
@@ -142,14 +179,17 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
         report.problems.append("the digest does not match the plan's contents: the plan was edited after it was "
                                f"written; regenerate it with: {plan.regenerate_command()}")
     for role, p, _, current in stale_inputs(plan):
-        report.problems.append(f"stale: {role} input {p} {'is missing' if current is None else 'changed'}; "
-                               f"regenerate with: {plan.regenerate_command()}")
+        if current is None:
+            report.problems.append(f"{role} input {p} is missing; restore it, or regenerate the plan with: "
+                                   f"{plan.regenerate_command()}")
+        else:
+            report.stale.append(f"stale: {role} input {p} changed; regenerate with: {plan.regenerate_command()}")
     report.problems += [f"inconsistent certificate: {m}" for m in certificate_problems(doc)]
     blocking = [f"invalid decisions: {m}" for m in decision_problems(doc)]
     spec_path = plan.spec_path
     if spec_path is None:
         blocking.append("the plan records no spec input, so it cannot be checked")
-    if blocking or spec_path is None or any(m.startswith("stale:") for m in report.problems):
+    if blocking or spec_path is None or report.stale or any(" is missing;" in m for m in report.problems):
         report.problems += blocking
         return report
     spec = load_spec(spec_path)
@@ -169,9 +209,14 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     solution = replace(solution, schedule=problem.schedule if pipelined else None,
                        microbatches=problem.microbatches if throughput else 1)
     ev = evaluate(problem, solution)
-    report.problems += [f"infeasible: {v}" for v in ev.violations]
     rebuilt = make_plan(problem, solution, ev, spec=spec, plan_path=path, name=doc.name)
-    report.problems += _field_problems(doc, rebuilt.model_copy(update={"generator": doc.generator}))
+    found = [f"infeasible: {v}" for v in ev.violations] + _field_problems(doc, _as_recorded(doc, rebuilt))
+    # an intact plan (digest matches) written by another planmap version that no longer follows from its inputs
+    # is out of date (the cost model changed), not broken; from this very version it is forged
+    intact = doc.digest is not None and doc.digest == body_digest(doc) and doc.generator != rebuilt.generator
+    if found and intact:
+        found[-1] += f"; regenerate with: {plan.regenerate_command()}"
+    (report.stale if intact else report.problems).extend(found)
     if resolve and report.ok:
         _resolve(report, plan, spec, problem, doc)
     return report
@@ -189,10 +234,10 @@ def _resolve(report: CheckReport, plan, spec, problem, doc: PlanDocument) -> Non
     opts = SolveOptions.from_spec(s, **recorded)
     result = solve(problem, s.name, opts)
     fresh = make_plan(problem, result.solution, result.evaluation, spec=spec, plan_path=plan.path, name=doc.name)
-    fresh = fresh.model_copy(update={"generator": doc.generator})
+    fresh = _as_recorded(doc, fresh)
     if render(fresh, []) != render(doc, []):
         what = "; ".join(_field_problems(doc, fresh)) or "the rendering differs"
-        report.problems.append(f"not reproducible: solving the spec again with its solver {s.name!r} gives a "
+        report.stale.append(f"not reproducible: solving the spec again with its solver {s.name!r} gives a "
                                f"different plan ({what}); regenerate with: {plan.regenerate_command()}")
     else:
         report.notes.append(f"re-solved with {s.name}: identical plan")
@@ -204,6 +249,6 @@ def verify(path: str | Path) -> None:
     report = check(path)
     if report.ok:
         return
-    text = "; ".join(report.problems[:3]) + (f" (and {len(report.problems) - 3} more)"
-                                             if len(report.problems) > 3 else "")
+    found = report.messages
+    text = "; ".join(found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else "")
     raise IntegrityError(f"{path}: refusing a plan that fails `planmap check`: {text}")

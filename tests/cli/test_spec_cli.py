@@ -44,13 +44,14 @@ def test_schema_check(root, capsys):
 def test_schema_check_stale(tmp_path, capsys):
     assert main(["schema", "--out", str(tmp_path)]) == 0
     (tmp_path / "cluster.schema.json").write_text("{}")
-    assert main(["schema", "--check", "--out", str(tmp_path)]) == 1
+    assert main(["schema", "--check", "--out", str(tmp_path)]) == 2  # stale, not an error
     assert "make schemas" in capsys.readouterr().err
 
 
 def test_console_script_user_error_has_no_traceback(tmp_path, planmap_exe):
     exe = planmap_exe
-    r = subprocess.run([exe, "schema", "--check", "--out", str(tmp_path)], capture_output=True, text=True)
+    missing = [str(tmp_path / "a.plan.yaml"), str(tmp_path / "b.plan.yaml")]
+    r = subprocess.run([exe, "diff", *missing], capture_output=True, text=True)
     assert r.returncode == 1 and "Traceback" not in r.stderr and "error:" in r.stderr
-    r = subprocess.run([exe, "--debug", "schema", "--check", "--out", str(tmp_path)], capture_output=True, text=True)
+    r = subprocess.run([exe, "--debug", "diff", *missing], capture_output=True, text=True)
     assert r.returncode == 1 and "Traceback" in r.stderr

@@ -12,6 +12,7 @@ from planmap.errors import InputError, StalePlanError
 from planmap.evaluate import evaluate
 from planmap.plan.build import op_ranges, ranges_to_ids
 from planmap.plan.diff import diff_plans
+from planmap.plan.document import FORMAT_VERSION
 from planmap.problem import Certificate, Problem, Solution, Stage
 from planmap.workloads.graphs import paper_topology, random_dag
 
@@ -77,7 +78,7 @@ def test_stale_plan_refused_with_regenerate_command(setup):
 def test_unknown_major_version_refused(setup):
     p, s, spec, path = setup
     _write(p, s, spec, path)
-    path.write_text(path.read_text().replace('format_version: "1.1"', 'format_version: "2.0"'))
+    path.write_text(path.read_text().replace(f'format_version: "{FORMAT_VERSION}"', 'format_version: "2.0"'))
     with pytest.raises(InputError, match="plan format 2.0 is not readable.*upgrade planmap"):
         plan_mod.load(path)
     path.write_text(path.read_text().replace('format_version: "2.0"', 'format_version: "1.7"') + "future_field: 1\n")

@@ -42,13 +42,13 @@ def test_a_one_unit_change_is_a_difference(plans, edit, capsys):
     text = a.read_text()
     assert old in text
     b.write_text(text.replace(old, new, 1))
-    assert main(["diff", str(a), str(b)]) == 1
+    assert main(["diff", str(a), str(b)]) == 2
     assert "no differences" not in capsys.readouterr().out
 
 
 def test_hidden_rounding_shows_exact_values(plans, capsys):
     a, b = plans
     b.write_text(a.read_text().replace("step_time_ns: 667848", "step_time_ns: 667849"))
-    assert main(["diff", str(a), str(b)]) == 1
+    assert main(["diff", str(a), str(b)]) == 2
     out = capsys.readouterr().out
     assert "667848 ns" in out and "667849 ns" in out
