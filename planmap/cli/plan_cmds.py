@@ -93,37 +93,22 @@ def solve(
     Interrupted (Ctrl-C, SIGTERM, SIGHUP), the incumbent is written only to a path that does not exist yet
     or with --write-interrupted, and the exit status is 128 + the signal number (130 for Ctrl-C)."""
     from planmap import plan as plan_mod
-    from planmap.assemble import build_problem
-    from planmap.problem import SolveOptions
-    from planmap.solve import solve as run_solve
+    from planmap.api import regenerate_args, solve_spec
     from planmap.spec import load_spec
-    from planmap.units import parse_duration
 
     loaded = load_spec(spec)
-    cfg = loaded.spec.solver
-    extra: list[str] = []
-    if solver:
-        extra += ["--solver", solver]
-    if time_limit:
-        extra += ["--time-limit", time_limit]
-    if gap is not None:
-        extra += ["--gap", str(gap)]
-    if threads is not None:
-        extra += ["--threads", str(threads)]
-    try:
-        limit_ns = parse_duration(time_limit) if time_limit else cfg.time_limit
-    except ValueError as e:
-        raise PlanmapError(f"--time-limit: {e}") from None
+    extra = regenerate_args(solver, time_limit, gap, threads)
     plan_path = output or plan_mod.default_plan_path(spec)
     status_ctx = err.status("loading the model", spinner="dots") if not quiet else _Null()
     with status_ctx as status:
         t0 = time.perf_counter()
-        problem = build_problem(loaded)
-        if status is not None:
-            status.update(f"solving ({problem.graph.num_nodes} nodes on {problem.topology.num_devices} devices)")
-        options = SolveOptions.from_spec(cfg, time_limit=limit_ns / 1e9, rel_gap=gap, threads=threads or None,
-                                         progress=_LiveProgress(status) if status else None)
-        result = run_solve(problem, solver or cfg.name, options)
+
+        def solving(problem) -> None:
+            if status is not None:
+                status.update(f"solving ({problem.graph.num_nodes} nodes on {problem.topology.num_devices} devices)")
+
+        problem, result = solve_spec(loaded, solver=solver, time_limit=time_limit, gap=gap, threads=threads,
+                                     progress=_LiveProgress(status) if status else None, on_problem=solving)
         interrupted = _interrupted(result.solution.certificate.status)
         doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=loaded, plan_path=plan_path)
         keep = interrupted is not None and plan_path.exists() and not write_interrupted
