@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from planmap.errors import InputError, PlanmapError
+from planmap.explain import plan_kind
 from planmap.plan.build import make_plan
 from planmap.plan.document import PlanDocument, render
 from planmap.plan.files import default_plan_path, header_for
@@ -107,7 +108,7 @@ class Plan:
 
     @property
     def kind(self) -> str:
-        """``spmd``, ``single-device``, ``placement`` or ``pipeline`` (see :func:`plan_kind`)."""
+        """``spmd``, ``single-device``, ``placement`` or ``pipeline`` (see :func:`planmap.explain.plan_kind`)."""
         return plan_kind(self.document)
 
     def _rebased(self, directory: Path) -> PlanDocument:
@@ -171,15 +172,6 @@ class Plan:
         if model is None:
             raise InputError(f"plan {self.document.name!r} records no model input")
         return len(load_model(self.base / model.path).args)
-
-
-def plan_kind(doc: PlanDocument) -> str:
-    """What a plan is, for titles: ``spmd`` (one stage over the plan mesh: data-parallel, FSDP, Megatron,
-    the sharding IP), ``single-device``, ``pipeline`` (stages streamed with a schedule) or ``placement``
-    (ops on devices, run in dependency order: latency plans)."""
-    if len(doc.stages) == 1:
-        return "single-device" if len(doc.stages[0].devices) == 1 else "spmd"
-    return "pipeline" if doc.schedule.kind != "none" else "placement"
 
 
 def _mesh(doc: PlanDocument, mesh_or_devices: Any):
