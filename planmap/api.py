@@ -175,26 +175,33 @@ class Plan:
 
 
 def _mesh(doc: PlanDocument, mesh_or_devices: Any):
+    """The JAX mesh of an SPMD plan's one stage: the given Mesh (checked), or built from a device list
+    that stands for the plan mesh's devices in order (a stage on part of them takes its own positions)."""
     import jax
+    import numpy as np
     from jax.sharding import AxisType, Mesh
 
+    st = doc.stages[0]
     names, sizes = tuple(doc.mesh.axis_names), tuple(doc.mesh.axis_sizes)
-    if len(doc.stages) == 1 and doc.stages[0].devices != doc.mesh.devices:  # one stage on part of the mesh
-        st = doc.stages[0]
+    positions = list(range(math.prod(sizes)))
+    if st.devices != doc.mesh.devices:  # one stage on part of the plan mesh
         names, sizes = ((tuple(st.mesh.axis_names), tuple(st.mesh.axis_sizes)) if st.mesh
                         else (("device",), (len(st.devices),)))
+        missing = [d for d in st.devices if d not in doc.mesh.devices]
+        if missing:
+            raise InputError(f"plan stage 0 runs on {missing[0]!r}, which is not in the plan's mesh")
+        positions = [doc.mesh.devices.index(d) for d in st.devices]
+    want = tuple(zip(names, sizes, strict=True))
     if isinstance(mesh_or_devices, Mesh):
         got = tuple(zip(mesh_or_devices.axis_names, mesh_or_devices.devices.shape, strict=True))
-        if got != tuple(zip(names, sizes, strict=True)):
-            raise InputError(f"the mesh has axes {got}, but the plan's mesh is {tuple(zip(names, sizes, strict=True))}")
+        if got != want:
+            raise InputError(f"the mesh has axes {got}, but the plan's mesh is {want}")
         return mesh_or_devices
     devices = list(jax.devices() if mesh_or_devices is None else mesh_or_devices)
-    need = math.prod(sizes)
+    need = max(positions) + 1
     if len(devices) < need:
         raise InputError(f"the plan's mesh needs {need} devices, but {len(devices)} were given")
-    import numpy as np
-
-    grid = np.array(devices[:need], dtype=object).reshape(sizes)
+    grid = np.array([devices[i] for i in positions], dtype=object).reshape(sizes)
     return Mesh(grid, names, axis_types=(AxisType.Auto,) * len(names))
 
 

@@ -82,6 +82,16 @@ def test_shardings_jit_a_users_function_like_unsharded(megatron):
     assert len(flat) == len(jax.tree.leaves(args)) and flat[0].mesh.shape == {"data": 4, "tensor": 2}
 
 
+def test_single_device_plan_shards_onto_its_device(specs_dir):
+    import jax
+
+    single = planmap.plan(specs_dir / f"{SPEC}.yaml", solver="single")
+    assert single.kind == "single-device"
+    device = single.document.stages[0].devices[0]
+    want = jax.devices()[single.document.mesh.devices.index(device)]
+    assert {tuple(s.mesh.devices.flat) for s in single.shardings()} == {(want,)}
+
+
 def test_shardings_refuse_a_pipeline_and_a_wrong_mesh(specs_dir, megatron):
     import jax
 

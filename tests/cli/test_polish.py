@@ -82,3 +82,16 @@ def test_live_progress_ticks_every_half_second_without_solver_reports():
     n = len(rec.lines)
     time.sleep(0.5)
     assert len(rec.lines) == n, "the ticker stops with the solve"
+
+
+@pytest.mark.slow
+def test_live_progress_does_not_change_the_plan(specs_dir):
+    """The IP reports incumbents and bounds to the live line while the ticker redraws it; the plan is the
+    same bytes as a solve without any progress display."""
+    spec = specs_dir / "mlp-latency-cpu4acc.yaml"
+    rec = _Recorder()
+    with LiveProgress(rec, interval=0.2) as progress:
+        shown = planmap.plan(spec, solver="ip", progress=progress)
+    quiet = planmap.plan(spec, solver="ip")
+    assert any("incumbent" in text for _, text in rec.lines), "the IP reported its incumbent"
+    assert shown.text("p.plan.yaml") == quiet.text("p.plan.yaml")
