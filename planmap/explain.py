@@ -19,8 +19,8 @@ from planmap.plan.document import PlanDocument
 from planmap.problem import Problem, Solution
 from planmap.vocabulary import ObjectiveKind
 
-__all__ = ["Blocks", "pipeline_blocks", "latency_blocks", "draw", "compact_devices", "plan_kind", "plan_title",
-           "STEP_DEFINITION"]
+__all__ = ["Blocks", "pipeline_blocks", "latency_blocks", "timeline", "draw", "compact_devices", "plan_kind",
+           "plan_title", "STEP_DEFINITION"]
 
 # What "step time" means, said the same way by the CLI summary and the picture.
 STEP_DEFINITION = "step = (microbatches + stages - 1) x bottleneck"
@@ -176,6 +176,24 @@ def latency_blocks(problem: Problem, solution: Solution, ev: Evaluation) -> Bloc
     return Blocks([names[d] for d in used], boxes, float(ev.objective))
 
 
+def timeline(doc: PlanDocument, problem: Problem, solution: Solution, ev: Evaluation) -> tuple[Blocks, str]:
+    """The picture's timeline boxes and title. The title's step time is the evaluator's, as in the CLI,
+    with its definition; a simulated schedule that takes another time says so."""
+    if problem.objective is ObjectiveKind.LATENCY:
+        title = f"{plan_title(doc)}: single-stream latency {ev.objective * 1e3:.3g} ms"
+        return latency_blocks(problem, solution, ev), title
+    topo = problem.topology
+    order = list(ev.stage_order)
+    fw = [float(ev.fw_load[solution.stages[k].device]) for k in order]
+    bw = [float(ev.bw_load[solution.stages[k].device]) for k in order]
+    names = [compact_devices([topo.names[d] for d in solution.stages[k].devices]) for k in order]
+    blocks = pipeline_blocks(fw, bw, solution.microbatches, solution.schedule or "gpipe", names)
+    drawn = ("" if abs(blocks.makespan - ev.step_time) <= 1e-9 * max(ev.step_time, 1e-30)
+             else f"; the timeline simulates the schedule: {blocks.makespan * 1e3:.3g} ms")
+    return blocks, (f"{plan_title(doc)}\nstep {ev.step_time * 1e3:.3g} ms, bottleneck {ev.objective * 1e3:.3g} ms "
+                    f"({STEP_DEFINITION}{drawn})")
+
+
 def draw(path: str | Path, doc: PlanDocument, problem: Problem, solution: Solution, ev: Evaluation) -> Path:
     """Write the three-panel PNG; return its path."""
     import matplotlib
@@ -184,19 +202,7 @@ def draw(path: str | Path, doc: PlanDocument, problem: Problem, solution: Soluti
     import matplotlib.pyplot as plt
 
     topo = problem.topology
-    if problem.objective is ObjectiveKind.LATENCY:
-        blocks = latency_blocks(problem, solution, ev)
-        title = f"{plan_title(doc)}: single-stream latency {ev.objective * 1e3:.3g} ms"
-    else:
-        order = list(ev.stage_order)
-        fw = [float(ev.fw_load[solution.stages[k].device]) for k in order]
-        bw = [float(ev.bw_load[solution.stages[k].device]) for k in order]
-        names = [compact_devices([topo.names[d] for d in solution.stages[k].devices]) for k in order]
-        blocks = pipeline_blocks(fw, bw, solution.microbatches, solution.schedule or "gpipe", names)
-        drawn = ("" if abs(blocks.makespan - ev.step_time) <= 1e-9 * max(ev.step_time, 1e-30)
-                 else f"; the timeline simulates the schedule: {blocks.makespan * 1e3:.3g} ms")
-        title = (f"{plan_title(doc)}\nstep {ev.step_time * 1e3:.3g} ms, bottleneck {ev.objective * 1e3:.3g} ms "
-                 f"({STEP_DEFINITION}{drawn})")
+    blocks, title = timeline(doc, problem, solution, ev)
     cmap = plt.get_cmap("tab20")
     fig, axes = plt.subplots(3, 1, figsize=(11, 3 + 0.35 * len(blocks.rows) + 4),
                              gridspec_kw={"height_ratios": [max(2, 0.35 * len(blocks.rows)), 2, 0.8]})

@@ -112,7 +112,7 @@ def _allow_removed_named_overloads() -> None:
             raise
 
     patched._planmap_patched = True  # type: ignore[attr-defined]
-    ops.OpOverloadPacket.__getattr__ = patched
+    ops.OpOverloadPacket.__getattr__ = patched  # type: ignore[method-assign]
 
 
 def torch(module: Any, *example_args: Any, path: str | Path) -> Path:

@@ -156,8 +156,7 @@ class LiveProgress:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        return False

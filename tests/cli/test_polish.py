@@ -95,3 +95,17 @@ def test_live_progress_does_not_change_the_plan(specs_dir):
     quiet = planmap.plan(spec, solver="ip")
     assert any("incumbent" in text for _, text in rec.lines), "the IP reported its incumbent"
     assert shown.text("p.plan.yaml") == quiet.text("p.plan.yaml")
+
+
+def test_picture_and_cli_say_the_same_step_time(specs_dir):
+    """The PNG's title gives the evaluator's step time (the CLI's) with its definition, and says when the
+    simulated schedule it draws takes another time."""
+    from planmap.explain import timeline
+
+    p = planmap.plan(specs_dir / "gpt-8dev.yaml", solver="even")
+    r = p.result
+    blocks, title = timeline(p.document, r.problem, r.solution, r.evaluation)
+    assert f"step {r.evaluation.step_time * 1e3:.3g} ms" in title and STEP_DEFINITION in title
+    assert title.startswith("gpipe pipeline, ") and len(blocks.rows) == len(p.document.stages)
+    assert ("the timeline simulates the schedule" in title) == (
+        abs(blocks.makespan - r.evaluation.step_time) > 1e-9 * r.evaluation.step_time)
