@@ -129,8 +129,8 @@ class Plan:
 
         path = self._target(path)
         write_atomic(path, self.text(path))
+        self.document = self._rebased(path.resolve().parent)  # before base moves: inputs are relative to it
         self.base, self.path = path.resolve().parent, path
-        self.document = self._rebased(self.base)
         return path
 
     def shardings(self, mesh_or_devices: Any = None, *, like: Any = None) -> Any:

@@ -45,6 +45,7 @@ def test_load_plan_and_save_elsewhere_rebases_inputs(workdir):
     assert "../../specs/gpt-8dev.yaml -o p.plan.yaml --solver data-parallel" in out.read_text()
     assert main(["check", "b/deeper/p.plan.yaml"]) == 0
     assert planmap.load_plan(out).text() == out.read_text()
+    assert p.path == out and p.text() == out.read_text(), "a saved plan's inputs are relative to its new file"
 
 
 def test_make_plan_and_save_take_str_paths(workdir):
