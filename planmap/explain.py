@@ -7,6 +7,8 @@ against capacity, and the artifact's ops coloured by the device that runs them.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +19,68 @@ from planmap.plan.document import PlanDocument
 from planmap.problem import Problem, Solution
 from planmap.vocabulary import ObjectiveKind
 
-__all__ = ["Blocks", "pipeline_blocks", "latency_blocks", "draw"]
+__all__ = ["Blocks", "pipeline_blocks", "latency_blocks", "timeline", "draw", "compact_devices", "plan_kind",
+           "plan_title", "STEP_DEFINITION"]
+
+# What "step time" means, said the same way by the CLI summary and the picture.
+STEP_DEFINITION = "step = (microbatches + stages - 1) x bottleneck"
+
+
+def compact_devices(names: Sequence[str]) -> str:
+    """Device names for a label, runs of consecutive numbers merged: ``node0/gpu0-7,node1/gpu0-3``.
+
+    Names are kept in their order; a run is a stretch of names with the same prefix and consecutive
+    trailing numbers (``node0/gpu0``, ``node0/gpu1``, ... -> ``node0/gpu0-7``)."""
+    parts: list[str] = []
+    run: tuple[str, int, int] | None = None  # (prefix, first, last)
+    for name in names:
+        m = _TRAILING_NUMBER.match(name)
+        if m and run is not None and m.group(1) == run[0] and int(m.group(2)) == run[2] + 1:
+            run = (run[0], run[1], run[2] + 1)
+            continue
+        if run is not None:
+            parts.append(_run_label(run))
+        run = (m.group(1), int(m.group(2)), int(m.group(2))) if m else None
+        if m is None:
+            parts.append(name)
+    if run is not None:
+        parts.append(_run_label(run))
+    return ",".join(parts)
+
+
+_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
+
+
+def _run_label(run: tuple[str, int, int]) -> str:
+    prefix, first, last = run
+    return f"{prefix}{first}" if first == last else f"{prefix}{first}-{last}"
+
+
+def plan_kind(doc: PlanDocument) -> str:
+    """What a plan is: ``spmd`` (one stage over several devices: data-parallel, FSDP, Megatron, the
+    sharding IP), ``single-device``, ``pipeline`` (stages streamed with a schedule) or ``placement``
+    (ops on devices, run in dependency order: latency plans)."""
+    if len(doc.stages) == 1:
+        return "single-device" if len(doc.stages[0].devices) == 1 else "spmd"
+    return "pipeline" if doc.schedule.kind != "none" else "placement"
+
+
+def plan_title(doc: PlanDocument) -> str:
+    """A plan's kind in words, for the CLI summary and the picture: "gpipe pipeline, 4 stages, 8 microbatches",
+    "SPMD over mesh data=4 x tensor=2", "placement over 3 devices", "single device node0/gpu0"."""
+    kind = plan_kind(doc)
+    mb = doc.schedule.microbatches
+    per = f", {mb} microbatch{'es' if mb != 1 else ''}" if doc.objective.kind == "throughput" else ""
+    if kind == "pipeline":
+        return f"{doc.schedule.kind} pipeline, {len(doc.stages)} stages{per}"
+    if kind == "spmd":
+        st = doc.stages[0]
+        axes = zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True) if st.mesh else [("device", len(st.devices))]
+        return "SPMD over mesh " + " x ".join(f"{a}={n}" for a, n in axes) + per
+    if kind == "single-device":
+        return f"single device {doc.stages[0].devices[0]}{per}"
+    devices = {d for st in doc.stages for d in st.devices}
+    return f"placement, {len(doc.stages)} stages over {len(devices)} devices{per}"
 
 
 @dataclass(frozen=True)
@@ -113,6 +176,24 @@ def latency_blocks(problem: Problem, solution: Solution, ev: Evaluation) -> Bloc
     return Blocks([names[d] for d in used], boxes, float(ev.objective))
 
 
+def timeline(doc: PlanDocument, problem: Problem, solution: Solution, ev: Evaluation) -> tuple[Blocks, str]:
+    """The picture's timeline boxes and title. The title's step time is the evaluator's, as in the CLI,
+    with its definition; a simulated schedule that takes another time says so."""
+    if problem.objective is ObjectiveKind.LATENCY:
+        title = f"{plan_title(doc)}: single-stream latency {ev.objective * 1e3:.3g} ms"
+        return latency_blocks(problem, solution, ev), title
+    topo = problem.topology
+    order = list(ev.stage_order)
+    fw = [float(ev.fw_load[solution.stages[k].device]) for k in order]
+    bw = [float(ev.bw_load[solution.stages[k].device]) for k in order]
+    names = [compact_devices([topo.names[d] for d in solution.stages[k].devices]) for k in order]
+    blocks = pipeline_blocks(fw, bw, solution.microbatches, solution.schedule or "gpipe", names)
+    drawn = ("" if abs(blocks.makespan - ev.step_time) <= 1e-9 * max(ev.step_time, 1e-30)
+             else f"; the timeline simulates the schedule: {blocks.makespan * 1e3:.3g} ms")
+    return blocks, (f"{plan_title(doc)}\nstep {ev.step_time * 1e3:.3g} ms, bottleneck {ev.objective * 1e3:.3g} ms "
+                    f"({STEP_DEFINITION}{drawn})")
+
+
 def draw(path: str | Path, doc: PlanDocument, problem: Problem, solution: Solution, ev: Evaluation) -> Path:
     """Write the three-panel PNG; return its path."""
     import matplotlib
@@ -121,17 +202,7 @@ def draw(path: str | Path, doc: PlanDocument, problem: Problem, solution: Soluti
     import matplotlib.pyplot as plt
 
     topo = problem.topology
-    if problem.objective is ObjectiveKind.LATENCY:
-        blocks = latency_blocks(problem, solution, ev)
-        title = f"single-stream latency {ev.objective * 1e3:.3g} ms"
-    else:
-        order = list(ev.stage_order)
-        fw = [float(ev.fw_load[solution.stages[k].device]) for k in order]
-        bw = [float(ev.bw_load[solution.stages[k].device]) for k in order]
-        names = [",".join(topo.names[d] for d in solution.stages[k].devices) for k in order]
-        blocks = pipeline_blocks(fw, bw, solution.microbatches, solution.schedule or "gpipe", names)
-        title = (f"{solution.schedule or 'gpipe'} pipeline, {solution.microbatches} microbatches: "
-                 f"step {blocks.makespan * 1e3:.3g} ms, bottleneck {ev.objective * 1e3:.3g} ms")
+    blocks, title = timeline(doc, problem, solution, ev)
     cmap = plt.get_cmap("tab20")
     fig, axes = plt.subplots(3, 1, figsize=(11, 3 + 0.35 * len(blocks.rows) + 4),
                              gridspec_kw={"height_ratios": [max(2, 0.35 * len(blocks.rows)), 2, 0.8]})

@@ -1,5 +1,9 @@
 """Quantities written as strings with unit suffixes ("80GiB", "900GB/s", "989TFLOP/s", "2us").
 
+Units are case-insensitive, with or without a space ("80gb", "989 tflops", "400Gbit/s"); the one
+letter whose case matters is b: "Gb/s" is gigabits, "GB/s" gigabytes, and an all-lowercase "gb"
+bytes (the full rule is in :func:`_unit`).
+
 Specs are read by people, so sizes and rates are written the way vendors print them; inside
 planmap every quantity is an integer of one base unit (bytes, bytes/s, FLOP/s, nanoseconds), so
 that plans stay exact and deterministic. Parsing is strict: a bandwidth where a size is expected
@@ -53,15 +57,6 @@ _BANDWIDTH = _Kind("bandwidth", '"900GB/s", "400Gb/s" (bits) or "64GiB/s"', "B/s
 _FLOPS = _Kind("compute rate", '"989TFLOP/s", "67TFLOPS" or "2.5e12" FLOP/s', "FLOP/s")
 _DURATION = _Kind("duration", '"2us", "1.5ms", "60s", "10min" or a number of seconds', "ns")
 
-# Suffixes that identify the *other* kinds, so that "80GB/s" given as a size gets a precise error.
-_LOOKS_LIKE = [
-    (re.compile(r"^[A-Za-z]*(?:B|b)/s$|^[A-Za-z]*bps$"), _BANDWIDTH),
-    (re.compile(r"^[A-Za-z]*FLOP(?:/s|S|s)$"), _FLOPS),
-    (re.compile(r"^(?:ns|us|µs|ms|s|sec|min|h)$"), _DURATION),
-    (re.compile(r"^[A-Za-z]*[Bb]$"), _SIZE),
-]
-
-
 def _split(text: str | int | float, kind: _Kind) -> tuple[Decimal, str]:
     if isinstance(text, bool):
         raise UnitError(f"expected a {kind.name}, got a boolean", kind.example)
@@ -83,9 +78,11 @@ def _split(text: str | int | float, kind: _Kind) -> tuple[Decimal, str]:
 
 
 def _wrong_kind(text: str, unit: str, kind: _Kind) -> UnitError:
-    for pattern, other in _LOOKS_LIKE:
-        if other is not kind and pattern.match(unit):
-            return UnitError(f"{text!r} is a {other.name}, but a {kind.name} is required", kind.example)
+    parsed = _unit(unit)
+    other = {"B": _SIZE, "B/s": _BANDWIDTH, "FLOP/s": _FLOPS}.get(parsed[1]) if parsed else (
+        _DURATION if unit.lower() in _TIME else None)
+    if other is not None and other is not kind:
+        return UnitError(f"{text!r} is a {other.name}, but a {kind.name} is required", kind.example)
     return UnitError(f"unknown {kind.name} unit {unit!r} in {text!r}", kind.example)
 
 
@@ -99,52 +96,69 @@ def _to_int(value: Decimal, text: object, kind: _Kind, *, allow_zero: bool) -> i
     return int(value.to_integral_value())
 
 
-def _prefix_scale(prefix: str) -> int | None:
-    if prefix in _IEC:
-        return _IEC[prefix]
-    if prefix in _SI:
-        return _SI[prefix]
+# Unit suffixes, matched case-insensitively, longest first: (suffix, base unit, bits?). ``None`` for bits
+# means "the letter's case decides" (see :func:`_unit`).
+_SUFFIXES = (
+    ("bytes/s", "B/s", False), ("byte/s", "B/s", False), ("bits/s", "B/s", True), ("bit/s", "B/s", True),
+    ("flop/s", "FLOP/s", False), ("flops", "FLOP/s", False), ("flop", "FLOP/s", False),
+    ("bps", "B/s", None), ("b/s", "B/s", None),
+    ("bytes", "B", False), ("byte", "B", False), ("bits", "B", True), ("bit", "B", True), ("b", "B", None),
+)
+
+
+def _unit(unit: str) -> tuple[int, str, bool] | None:
+    """``(prefix scale, base unit, in bits)`` of a unit string, or None if it is not a size, bandwidth or rate.
+
+    The rule, for people who write units many ways: case does not matter (``80gb``, ``989 tflops``,
+    ``400gbit/s``) except for one letter. ``bit``/``bits`` are bits and ``byte``/``B`` are bytes; a
+    lowercase ``b`` is bits after an uppercase prefix (``Gb/s``, ``Mb``, ``Gib``) or in ``bps``
+    (``Gbps``, ``gbps``), and bytes in an all-lowercase unit (``gb``, ``gb/s``, ``kb``) — whoever
+    ignores case cannot mean the bit/byte distinction. Prefixes: SI (``k``/``M``/``G``/``T``/``P``/``E``,
+    powers of 10) or IEC (``Ki``…``Ei``, powers of 2); ``m`` is mega, never milli.
+    """
+    low = unit.lower()
+    for suffix, base, bits in _SUFFIXES:
+        if not low.endswith(suffix):
+            continue
+        prefix = unit[: len(unit) - len(suffix)]
+        scale = _IEC.get(prefix.capitalize()) if prefix[-1:].lower() == "i" else _SI.get(prefix.upper())
+        if scale is None:
+            return None
+        if bits is None:
+            letter = unit[len(prefix)]
+            bits = letter == "b" and (suffix == "bps" or unit != low)
+        return scale, base, bits
     return None
 
 
+def _base_quantity(text: str | int | float, kind: _Kind, base: str, *, allow_zero: bool) -> tuple[int, bool]:
+    """The value of ``text`` in bytes, bytes/s or FLOP/s, and whether it was written in bits."""
+    value, unit = _split(text, kind)
+    if unit == "":
+        return _to_int(value, text, kind, allow_zero=allow_zero), False
+    parsed = _unit(unit)
+    if parsed is None or parsed[1] != base:
+        raise _wrong_kind(str(text), unit, kind)
+    scale, _, bits = parsed
+    return _to_int(value * scale / (8 if bits else 1), text, kind, allow_zero=allow_zero), bits
+
+
 def parse_bytes(text: str | int, *, allow_zero: bool = True) -> int:
-    """ "80GiB" -> 85899345920. Bare numbers are bytes; SI prefixes are powers of 10, IEC of 2."""
-    value, unit = _split(text, _SIZE)
-    if unit in ("", "B"):
-        return _to_int(value, text, _SIZE, allow_zero=allow_zero)
-    if unit.endswith("B") and not unit.endswith("/s"):
-        scale = _prefix_scale(unit[:-1])
-        if scale is not None:
-            return _to_int(value * scale, text, _SIZE, allow_zero=allow_zero)
-    if unit.endswith("b") and _prefix_scale(unit[:-1]) is not None:
+    """ "80GiB" -> 85899345920. Bare numbers are bytes; SI prefixes are powers of 10, IEC of 2 (see :func:`_unit`)."""
+    n, bits = _base_quantity(text, _SIZE, "B", allow_zero=allow_zero)
+    if bits:
         raise UnitError(f"{text!r} is in bits; sizes are written in bytes (B)", _SIZE.example)
-    raise _wrong_kind(str(text), unit, _SIZE)
+    return n
 
 
 def parse_bandwidth(text: str | int) -> int:
-    """ "900GB/s" -> 900e9 bytes/s; "400Gb/s" / "400Gbps" are bits and divided by 8."""
-    value, unit = _split(text, _BANDWIDTH)
-    if unit in ("", "B/s"):
-        return _to_int(value, text, _BANDWIDTH, allow_zero=False)
-    for suffix, divisor in (("B/s", 1), ("b/s", 8), ("bps", 8), ("Bps", 1)):
-        if unit.endswith(suffix):
-            scale = _prefix_scale(unit[: -len(suffix)])
-            if scale is not None:
-                return _to_int(value * scale / divisor, text, _BANDWIDTH, allow_zero=False)
-    raise _wrong_kind(str(text), unit, _BANDWIDTH)
+    """ "900GB/s" -> 900e9 bytes/s; "400Gb/s", "400Gbit/s" and "400Gbps" are bits and divided by 8."""
+    return _base_quantity(text, _BANDWIDTH, "B/s", allow_zero=False)[0]
 
 
 def parse_flops(text: str | int | float) -> int:
-    """ "989TFLOP/s" (also "989TFLOPS", "989 TFLOP/s") -> FLOP/s as an integer."""
-    value, unit = _split(text, _FLOPS)
-    if unit in ("", "FLOP/s", "FLOPS", "FLOPs"):
-        return _to_int(value, text, _FLOPS, allow_zero=False)
-    for suffix in ("FLOP/s", "FLOPS", "FLOPs"):
-        if unit.endswith(suffix):
-            scale = _prefix_scale(unit[: -len(suffix)])
-            if scale is not None:
-                return _to_int(value * scale, text, _FLOPS, allow_zero=False)
-    raise _wrong_kind(str(text), unit, _FLOPS)
+    """ "989TFLOP/s" (also "989TFLOPS", "989 tflops") -> FLOP/s as an integer."""
+    return _base_quantity(text, _FLOPS, "FLOP/s", allow_zero=False)[0]
 
 
 _TIME = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9,
@@ -156,8 +170,9 @@ def parse_duration(text: str | int | float, *, allow_zero: bool = True) -> int:
     value, unit = _split(text, _DURATION)
     if unit == "":
         return _to_int(value * 10**9, text, _DURATION, allow_zero=allow_zero)
-    if unit in _TIME:
-        return _to_int(value * _TIME[unit], text, _DURATION, allow_zero=allow_zero)
+    scale = _TIME.get(unit) or _TIME.get(unit.lower())  # "µs" has no lowercase twin; "60S", "5MIN" do
+    if scale is not None:
+        return _to_int(value * scale, text, _DURATION, allow_zero=allow_zero)
     raise _wrong_kind(str(text), unit, _DURATION)
 
 

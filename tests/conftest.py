@@ -26,3 +26,13 @@ def specs_dir() -> Path:
 def planmap_exe() -> str:
     """The ``planmap`` console script of the environment running the tests (for subprocess tests)."""
     return str(Path(sys.executable).with_name("planmap"))
+
+
+@pytest.fixture
+def workdir(specs_dir, tmp_path, monkeypatch):
+    """A temporary working directory holding a copy of ``specs/`` (plans written there stay out of the tree)."""
+    import shutil
+
+    shutil.copytree(specs_dir, tmp_path / "specs")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

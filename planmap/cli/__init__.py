@@ -49,7 +49,7 @@ app = typer.Typer(
     help="Plan how a model is spread over devices, as a reviewed, versioned file.",
     epilog=EPILOG,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )

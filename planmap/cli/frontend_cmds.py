@@ -1,4 +1,5 @@
-"""``planmap inspect`` and ``planmap export``: look at a model artifact, or make one from a JAX function."""
+"""``planmap inspect`` and ``planmap export``: look at a model artifact, or make one from a JAX function,
+a PyTorch module or a TensorFlow model."""
 
 from __future__ import annotations
 
@@ -140,15 +141,30 @@ def parse_arg_spec(text: str) -> Any:
     return jax.ShapeDtypeStruct(shape, dtype)
 
 
+def _import_file(path: Path) -> Any:
+    """Import a Python file as a module named after its stem (for ``path/to/model.py:attr``)."""
+    import importlib.util
+
+    if not path.is_file():
+        raise ImportError(f"no such file {path}")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def _resolve(ref: str, what: str) -> Any:
-    """``package.module:attr.sub`` -> the object (the current directory is importable)."""
+    """``package.module:attr.sub`` or ``path/to/file.py:attr`` -> the object (the current directory is importable)."""
     module, _, attr = ref.partition(":")
     if not module or not attr:
         raise PlanmapError(f"{what} requires module:attribute such as 'mymodel:forward', but got {ref!r}")
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
-        obj = importlib.import_module(module)
+        obj = _import_file(Path(module)) if module.endswith(".py") else importlib.import_module(module)
     except ImportError as e:
         raise PlanmapError(f"{what}: cannot import module {module!r} ({e})") from None
     for part in attr.split("."):
@@ -168,47 +184,96 @@ def _abstract(obj: Any) -> Any:
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), obj)
 
 
+def _framework_model(framework: str, function: str) -> Any:
+    """The object to export: a JAX function, a torch.nn.Module (or a zero-argument factory of one), or a
+    TensorFlow function / Keras model (or factory) or a SavedModel directory."""
+    if framework == "tf" and Path(function).is_dir():
+        return function
+    obj = _resolve(function, "FUNCTION")
+    if framework == "torch":
+        import torch
+
+        if not isinstance(obj, torch.nn.Module) and callable(obj):
+            obj = obj()
+        if not isinstance(obj, torch.nn.Module):
+            raise PlanmapError(f"{function!r} is not a torch.nn.Module nor a zero-argument function returning one")
+    elif framework == "tf" and isinstance(obj, type):
+        obj = obj()
+    if not callable(obj):
+        raise PlanmapError(f"{function!r} is not callable")
+    return obj
+
+
+def _example(framework: str, arg: str) -> Any:
+    """One example argument: abstract for JAX, zeros of that shape for torch / TensorFlow, or @module:attr."""
+    if arg.startswith("@"):
+        obj = _resolve(arg[1:], "--arg")
+        return _abstract(obj) if framework == "jax" else obj
+    spec = parse_arg_spec(arg)
+    if framework == "jax":
+        return spec
+    dtype = str(spec.dtype)
+    if framework == "torch":
+        import torch
+
+        return torch.zeros(spec.shape, dtype=getattr(torch, "bool" if dtype == "bool" else dtype))
+    import tensorflow as tf
+
+    return tf.zeros(spec.shape, dtype=getattr(tf, dtype))
+
+
 def export(
-    function: str = typer.Argument(..., help="The JAX function, as module:attribute (e.g. mymodel:forward or "
-                                   "planmap.examples.models:gpt.forward).", show_default=False),
-    args: list[str] = typer.Option(None, "--arg", "-a", help="One positional argument, abstract: DTYPE[DIMS] "
-                                   "(f32[8,128], bf16[4,1024,768], i32[8,64], f32[] for a scalar) or @module:attr "
-                                   "naming a pytree of arrays/ShapeDtypeStructs or a zero-argument function that "
-                                   "builds one (traced with jax.eval_shape: no memory is allocated). Repeat per "
-                                   "argument."),
+    function: str = typer.Argument(..., help="What to export, as module:attribute or path/to/file.py:attribute "
+                                   "(e.g. mymodel:forward, planmap.examples.models:gpt.forward); for --from tf "
+                                   "also a SavedModel directory.", show_default=False),
+    framework: str = typer.Option("jax", "--from", help="Framework: jax (a function), torch (an nn.Module or a "
+                                  "zero-argument factory; needs torchax) or tf (a tf.function, Keras model or "
+                                  "factory, or SavedModel directory; needs tensorflow)."),
+    args: list[str] = typer.Option(None, "--arg", "-a", help="One positional argument: DTYPE[DIMS] "
+                                   "(f32[8,128], bf16[4,1024,768], i32[8,64], f32[] for a scalar; abstract for jax, "
+                                   "zeros for torch/tf) or @module:attr naming a pytree of arrays/ShapeDtypeStructs "
+                                   "or (jax) a zero-argument function that builds one (traced with jax.eval_shape: "
+                                   "no memory is allocated). Repeat per argument."),
     args_from: str = typer.Option(None, "--args-from", help="module:attr of a zero-argument function returning "
                                   "the whole tuple of arguments (e.g. planmap.examples.models:gpt.abstract_args)."),
     output: Path = typer.Option(..., "--output", "-o", help="Artifact to write; the suffix picks the format: "
-                                ".mlir (StableHLO text), .vhlo/.mlirbc (VHLO portable artifact), .jaxexport "
-                                "(serialized jax.export.Exported)."),
-    platform: list[str] = typer.Option(None, "--platform", help="Lowering platform(s), e.g. cpu, cuda, tpu "
-                                       "[default: the local backend]."),
+                                ".mlir (StableHLO text), .vhlo/.mlirbc (VHLO portable artifact; tf: MLIR "
+                                "bytecode), .jaxexport (serialized jax.export.Exported; jax and torch)."),
+    platform: list[str] = typer.Option(None, "--platform", help="Lowering platform(s) for jax, e.g. cpu, cuda, tpu.",
+                                       show_default="the local backend"),
 ) -> None:
-    """Export a JAX function to a StableHLO artifact from abstract argument shapes (no real arrays).
+    """Export a JAX function, PyTorch module or TensorFlow model to a StableHLO artifact planmap can plan for.
 
     Examples:
       planmap export mymodel:forward --arg 'f32[8,784]' --arg @mymodel:init_params -o model.mlir
       planmap export planmap.examples.models:gpt.forward \\
           --args-from planmap.examples.models:gpt.abstract_args -o gpt.mlir
+      planmap export --from torch examples/export/torch_mlp.py:model --arg 'f32[32,256]' -o torch_mlp.mlir
+      planmap export --from tf examples/export/keras_mlp.py:model --arg 'f32[32,256]' -o tf_mlp.mlir
     """
     import planmap.export as pm_export
 
-    fn = _resolve(function, "FUNCTION")
-    if not callable(fn):
-        raise PlanmapError(f"{function!r} is not callable")
+    if framework not in pm_export.FRAMEWORKS:
+        raise PlanmapError(f"--from requires one of {', '.join(pm_export.FRAMEWORKS)}, but got {framework!r}")
     if args and args_from:
         raise PlanmapError("use either --arg (repeated) or --args-from, not both")
-    if args_from:
-        built = _resolve(args_from, "--args-from")
-        example = tuple(_abstract(built() if callable(built) else built))
-    else:
-        example = tuple(_abstract(_resolve(a[1:], "--arg")) if a.startswith("@") else parse_arg_spec(a)
-                        for a in (args or []))
     if output.suffix not in pm_export.ARTIFACT_SUFFIXES:
         raise PlanmapError(f"--output requires one of the suffixes {', '.join(sorted(pm_export.ARTIFACT_SUFFIXES))}, "
                            f"but got {output.name!r}")
     try:
-        path = pm_export.jax(fn, *example, path=output, platforms=tuple(platform) if platform else None)
+        fn = _framework_model(framework, function)
+        if args_from:
+            built = _resolve(args_from, "--args-from")
+            built = built() if callable(built) else built
+            example = tuple(_abstract(built)) if framework == "jax" else tuple(built)
+        else:
+            example = tuple(_example(framework, a) for a in (args or []))
+        if framework == "jax":
+            path = pm_export.jax(fn, *example, path=output, platforms=tuple(platform) if platform else None)
+        else:
+            path = getattr(pm_export, framework)(fn, *example, path=output)
+    except ImportError as e:
+        raise PlanmapError(f"--from {framework}: {e}") from None
     except (TypeError, ValueError) as e:  # a shape or arity mismatch while tracing the user's function
         raise PlanmapError(f"exporting {function} failed: {str(e).splitlines()[0]}") from None
     out.print(f"wrote {path} ({path.stat().st_size:,} bytes, {len(example)} argument(s))")

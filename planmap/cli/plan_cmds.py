@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -11,125 +10,60 @@ from rich.console import Console
 from rich.table import Table
 
 from planmap.errors import PlanmapError
-from planmap.vocabulary import ObjectiveKind
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def _fmt_t(seconds: float | None) -> str:
-    from planmap.units import format_duration
-
-    return "-" if seconds is None or not math.isfinite(seconds) else format_duration(seconds)
-
-
-def _summary(problem, solution, ev, plan_path: Path | None, wall: float) -> None:
-    from planmap.units import format_bytes
-
-    topo, g = problem.topology, problem.graph
-    t = Table(title=f"{problem.name}: {problem.objective} plan, {solution.num_stages} stage(s)", title_justify="left")
-    for col in ("stage", "devices", "nodes", "ops", "load", "memory / usable"):
-        t.add_column(col, justify="right" if col in ("nodes", "ops", "load") else "left")
-    order = list(ev.stage_order) if problem.objective is ObjectiveKind.THROUGHPUT else range(solution.num_stages)
-    for k in order:
-        nodes = solution.assignment == k
-        if not nodes.any():
-            continue
-        st = solution.stages[k]
-        d = st.device
-        ops = int(sum(len(g.members_of(int(i))) for i in range(g.num_nodes) if nodes[i]))
-        cap = ev.capacity[d]
-        mem = f"{format_bytes(ev.memory[d])} / {format_bytes(cap) if math.isfinite(cap) else 'unlimited'}"
-        t.add_row(str(k), ",".join(topo.names[x] for x in st.devices), str(int(nodes.sum())), str(ops),
-                  _fmt_t(ev.load[d]), mem)
-    out.print(t)
-    c = solution.certificate
-    what = "latency" if problem.objective is ObjectiveKind.LATENCY else "time per microbatch (bottleneck)"
-    out.print(f"predicted {what}: [bold]{_fmt_t(ev.objective)}[/]"
-              + (f", step {_fmt_t(ev.step_time)} for {max(1, solution.microbatches)} microbatch(es)"
-                 if problem.objective is ObjectiveKind.THROUGHPUT else ""))
-    bound = f", bound {_fmt_t(c.bound)}" if c.bound is not None else ""
-    gap = f", gap {c.gap:.2%}" if c.gap is not None else ""
-    out.print(f"certificate: [bold]{c.status}[/] by {c.solver}{f' ({c.backend})' if c.backend else ''}{bound}{gap}; "
-              f"solved in {wall:.2f}s" + (f" — {c.message}" if c.message else ""))
-    if c.details:
-        out.print(f"[dim]{c.details}[/]")
-    if plan_path is not None:
-        out.print(f"wrote {plan_path}")
-
-
-class _LiveProgress:
-    """Shows a long solve's incumbent and bound on one live line."""
-
-    def __init__(self, status):
-        self.status = status
-
-    def __call__(self, *, elapsed: float, incumbent: float | None, bound: float | None, message: str = "") -> None:
-        parts = [f"{elapsed:6.1f}s"]
-        if incumbent is not None:
-            parts.append(f"incumbent {_fmt_t(incumbent)}")
-        if bound is not None:
-            parts.append(f"bound {_fmt_t(bound)}")
-        if message:
-            parts.append(message)
-        self.status.update("solving: " + ", ".join(parts))
-
-
 def solve(
     spec: Path = typer.Argument(..., help="PlanSpec YAML file.", show_default=False),
-    output: Path = typer.Option(None, "--output", "-o", help="Plan file to write [default: plans/<spec>.plan.yaml]."),
-    solver: str = typer.Option(None, "--solver", "-s", help="Solver name (overrides the spec); see `planmap solvers`."),
-    time_limit: str = typer.Option(None, "--time-limit", "-t",
-                                   help="Time limit, e.g. 60s or 5min (overrides the spec)."),
-    gap: float = typer.Option(None, "--gap",
-                              help="Relative optimality gap to stop at, e.g. 0.01 (overrides the spec)."),
-    threads: int = typer.Option(None, "--threads", help="Solver threads (overrides the spec)."),
+    output: Path = typer.Option(None, "--output", "-o", help="Plan file to write.",
+                                show_default="plans/<spec file stem>.plan.yaml in the current directory"),
+    solver: str = typer.Option(None, "--solver", "-s", help="Solver name; see `planmap solvers`.",
+                               show_default="the spec's solver.name, else auto"),
+    time_limit: str = typer.Option(None, "--time-limit", "-t", help="Time limit, e.g. 60s or 5min.",
+                                   show_default="the spec's solver.timeLimit"),
+    gap: float = typer.Option(None, "--gap", help="Relative optimality gap to stop at, e.g. 0.01.",
+                              show_default="the spec's solver.relGap"),
+    threads: int = typer.Option(None, "--threads", help="Solver threads.", show_default="the spec's solver.threads"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the plan path."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no live progress)."),
     write_interrupted: bool = typer.Option(False, "--write-interrupted", help="After Ctrl-C/SIGTERM/SIGHUP, write "
                                            "the incumbent even over an existing plan."),
 ) -> None:
     """Solve a spec and write its plan. Nothing is written when the problem is infeasible or the solve fails.
 
+    Long solves show the elapsed time, incumbent, bound and gap on a live line, refreshed twice a second.
     Interrupted (Ctrl-C, SIGTERM, SIGHUP), the incumbent is written only to a path that does not exist yet
     or with --write-interrupted, and the exit status is 128 + the signal number (130 for Ctrl-C)."""
     from planmap import plan as plan_mod
-    from planmap.assemble import build_problem
-    from planmap.problem import SolveOptions
-    from planmap.solve import solve as run_solve
+    from planmap.api import regenerate_args, solve_spec
+    from planmap.cli.summary import LiveProgress, print_json, print_summary, summary_data
     from planmap.spec import load_spec
-    from planmap.units import parse_duration
 
     loaded = load_spec(spec)
-    cfg = loaded.spec.solver
-    extra: list[str] = []
-    if solver:
-        extra += ["--solver", solver]
-    if time_limit:
-        extra += ["--time-limit", time_limit]
-    if gap is not None:
-        extra += ["--gap", str(gap)]
-    if threads is not None:
-        extra += ["--threads", str(threads)]
-    try:
-        limit_ns = parse_duration(time_limit) if time_limit else cfg.time_limit
-    except ValueError as e:
-        raise PlanmapError(f"--time-limit: {e}") from None
+    extra = regenerate_args(solver, time_limit, gap, threads)
     plan_path = output or plan_mod.default_plan_path(spec)
-    status_ctx = err.status("loading the model", spinner="dots") if not quiet else _Null()
+    live = not (quiet or as_json)
+    status_ctx = err.status("loading the model", spinner="dots") if live else _Null()
     with status_ctx as status:
-        t0 = time.perf_counter()
-        problem = build_problem(loaded)
-        if status is not None:
-            status.update(f"solving ({problem.graph.num_nodes} nodes on {problem.topology.num_devices} devices)")
-        options = SolveOptions.from_spec(cfg, time_limit=limit_ns / 1e9, rel_gap=gap, threads=threads or None,
-                                         progress=_LiveProgress(status) if status else None)
-        result = run_solve(problem, solver or cfg.name, options)
-        interrupted = _interrupted(result.solution.certificate.status)
-        doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=loaded, plan_path=plan_path)
-        keep = interrupted is not None and plan_path.exists() and not write_interrupted
-        if not keep:
-            plan_mod.save(doc, plan_path, header_lines=plan_mod.header(spec, plan_path, extra))
-        wall = time.perf_counter() - t0
+        progress = LiveProgress(status) if status is not None else None
+        with progress or _Null():
+            t0 = time.perf_counter()
+
+            def solving(problem) -> None:
+                if progress is not None:
+                    progress.set_phase(f"solving ({problem.graph.num_nodes} nodes on "
+                                       f"{problem.topology.num_devices} devices)")
+
+            problem, result = solve_spec(loaded, solver=solver, time_limit=time_limit, gap=gap, threads=threads,
+                                         progress=progress, on_problem=solving)
+            interrupted = _interrupted(result.solution.certificate.status)
+            doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=loaded, plan_path=plan_path)
+            keep = interrupted is not None and plan_path.exists() and not write_interrupted
+            if not keep:
+                plan_mod.save(doc, plan_path, header_lines=plan_mod.header(spec, plan_path, extra))
+            wall = time.perf_counter() - t0
     if interrupted is not None:
         err.print("[bold red]interrupted:[/] " + (
             f"kept the existing {plan_path}; the interrupted answer was not written (pass --write-interrupted, "
@@ -138,9 +72,14 @@ def solve(
     if quiet:
         out.print(str(plan_path))
         return
+    data = summary_data(problem, result.solution, result.evaluation, doc, plan_path=plan_path, wall=wall,
+                        tried=result.tried)
+    if as_json:
+        print_json(out, data)
+        return
     for name, why in result.tried:
         err.print(f"[dim]auto: {name}: {why}[/]")
-    _summary(problem, result.solution, result.evaluation, plan_path, wall)
+    print_summary(out, data)
 
 
 def _interrupted(status) -> int | None:
@@ -165,10 +104,14 @@ class _Null:
 def explain(
     plan: Path = typer.Argument(..., help="Plan file.", show_default=False),
     png: Path = typer.Option(None, "--png", help="Also draw the timeline, memory and placement picture."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Describe a plan: stages, devices, loads, memory, certificate; optionally as a picture."""
+    """Describe a plan: stages, devices, loads, memory, certificate; optionally as a picture.
+
+    The solve's wall time is not in plan files (they are reproducible), so it shows as "not recorded"."""
     from planmap import plan as plan_mod
     from planmap.assemble import build_problem
+    from planmap.cli.summary import print_json, print_summary, summary_data
     from planmap.evaluate import evaluate
     from planmap.spec import load_spec
 
@@ -179,12 +122,17 @@ def explain(
     problem = build_problem(load_spec(spec_path))
     solution = plan_mod.to_solution(problem, loaded.document)
     ev = evaluate(problem, solution)
-    _summary(problem, solution, ev, None, 0.0)
+    data = summary_data(problem, solution, ev, loaded.document, plan_path=None, wall=None)
     if png is not None:
         from planmap.explain import draw
 
-        path = draw(png, loaded.document, problem, solution, ev)
-        out.print(f"picture: {path}")
+        data["picture"] = str(draw(png, loaded.document, problem, solution, ev))
+    if as_json:
+        print_json(out, data)
+        return
+    print_summary(out, data)
+    if png is not None:
+        out.print(f"picture: {data['picture']}")
 
 
 def solvers() -> None:

@@ -5,9 +5,12 @@ checks) and the integrity check CI and the runtime run (:mod:`~planmap.plan.inte
 
 from __future__ import annotations
 
+import sys
+import types
+
 from planmap.plan.build import make_plan, to_solution
 from planmap.plan.document import FORMAT_VERSION, PlanDocument, render
-from planmap.plan.files import LoadedPlan, default_plan_path, header, load, save, stale_inputs
+from planmap.plan.files import LoadedPlan, default_plan_path, header, header_for, load, save, stale_inputs
 from planmap.plan.integrity import CheckReport, check, verify
 
 __all__ = [
@@ -19,6 +22,7 @@ __all__ = [
     "to_solution",
     "render",
     "header",
+    "header_for",
     "save",
     "load",
     "stale_inputs",
@@ -26,3 +30,18 @@ __all__ = [
     "verify",
     "default_plan_path",
 ]
+
+
+class _CallableModule(types.ModuleType):
+    """``planmap.plan`` is this subpackage and, called, the API function :func:`planmap.api.plan`.
+
+    Importing a subpackage binds its name on the parent package, so a plain function named
+    ``planmap.plan`` would be replaced by this module the first time anything imports it."""
+
+    def __call__(self, spec, **kwargs):
+        from planmap.api import plan
+
+        return plan(spec, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -129,8 +129,9 @@ def document(*, name: str, generator: str, objective: str, variant: str | None, 
 
 
 def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, spec: Any,
-              plan_path: Path, name: str | None = None) -> PlanDocument:
+              plan_path: str | Path, name: str | None = None) -> PlanDocument:
     """The plan document of ``solution`` (evaluated as ``evaluation``), with inputs relative to ``plan_path``."""
+    plan_path = Path(plan_path)
     g, topo = problem.graph, problem.topology
     throughput = problem.objective is ObjectiveKind.THROUGHPUT
     order = list(evaluation.stage_order) if throughput else list(range(solution.num_stages))

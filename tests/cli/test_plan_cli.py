@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -11,13 +10,6 @@ import pytest
 from planmap.cli import main
 
 SPEC = "mlp-latency-cpu4acc"
-
-
-@pytest.fixture
-def workdir(specs_dir, tmp_path, monkeypatch):
-    shutil.copytree(specs_dir, tmp_path / "specs")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 @pytest.mark.slow

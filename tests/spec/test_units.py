@@ -55,6 +55,31 @@ def test_errors_name_the_problem(parser, text, fragment):
     assert e.value.expected
 
 
+@pytest.mark.parametrize("parser,text,expected", [
+    (units.parse_bytes, "80gb", 80 * 10**9), (units.parse_bytes, "80 GB", 80 * 10**9),
+    (units.parse_bytes, "80gib", 80 * 2**30), (units.parse_bytes, "2 bytes", 2), (units.parse_bytes, "1 Kbyte", 1000),
+    (units.parse_flops, "989 tflops", 989 * 10**12), (units.parse_flops, "989Tflop/s", 989 * 10**12),
+    (units.parse_bandwidth, "400Gbit/s", 50 * 10**9), (units.parse_bandwidth, "400 gbit/s", 50 * 10**9),
+    (units.parse_bandwidth, "400 Gb/s", 50 * 10**9), (units.parse_bandwidth, "400gbps", 50 * 10**9),
+    (units.parse_bandwidth, "400GB/s", 400 * 10**9), (units.parse_bandwidth, "400gb/s", 400 * 10**9),
+    (units.parse_bandwidth, "400 GBps", 400 * 10**9), (units.parse_bandwidth, "1 Tbits/s", 125 * 10**9),
+    (units.parse_duration, "60S", 60 * 10**9), (units.parse_duration, "5 MIN", 300 * 10**9),
+])
+def test_units_are_case_insensitive_but_b_is_bits_after_an_uppercase_prefix(parser, text, expected):
+    """Case does not matter except for b: "Gb/s" gigabits, "GB/s" gigabytes, all-lowercase "gb" bytes."""
+    assert parser(text) == expected
+
+
+@pytest.mark.parametrize("parser,text,fragment", [
+    (units.parse_bytes, "8 Gbit", "in bits"), (units.parse_bytes, "8Mb", "in bits"),
+    (units.parse_bytes, "80 gb/s", "is a bandwidth"), (units.parse_flops, "80 gb", "is a size"),
+    (units.parse_bytes, "3 MS", "is a duration"),
+])
+def test_case_insensitive_units_still_reject_the_wrong_kind(parser, text, fragment):
+    with pytest.raises(UnitError, match=fragment):
+        parser(text)
+
+
 def test_fraction():
     assert units.parse_fraction("10%") == pytest.approx(0.1)
     assert units.parse_fraction(0.25) == 0.25
