@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(PY) bench/solvers.py --quick
 	$(PY) bench/latency.py --time-limit 20
 	$(PY) bench/throughput.py --quick
+	$(PY) bench/paper.py --quick
 	$(PY) bench/runtime.py --steps 3
 
 # Reliability fuzzer (issue 18): mutated specs, clusters, plans, op-graph JSON and artifacts for DURATION seconds.

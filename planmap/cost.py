@@ -7,7 +7,9 @@ for any non-CPU kind). Transfers follow the charging rules of :mod:`planmap.clus
 transfer times of a profiled graph replace the bytes-based estimate for each paying end (the
 paper's ``c_u`` at both ends). Memory terms are per node so solvers can sum them linearly:
 parameters (times a training factor for gradients and optimizer state), stashed activations per
-in-flight microbatch (training), and a per-node working set (its inputs and outputs).
+in-flight microbatch (training), and a per-node working set (its inputs and outputs). Under the
+graph's ``node-sizes`` memory model (:attr:`planmap.graph.OpGraph.memory_model`) the stash and the
+working set are zero: a node's size is its whole footprint, and every solver reads these columns.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from planmap.cluster import DTYPE_ALIASES, Topology
 from planmap.crossings import crossings
 from planmap.errors import InputError
 from planmap.graph import OpGraph
-from planmap.vocabulary import Mode
+from planmap.vocabulary import MemoryModel, Mode
 
 __all__ = ["CostModel", "OPTIMIZER_STATES", "param_memory_factor"]
 
@@ -144,7 +146,7 @@ class CostModel:
         consumes them (training only; zero in inference)."""
         g = self.graph
         out = np.zeros(g.num_nodes, np.int64)
-        if self.mode == Mode.INFERENCE or not g.backward.any():
+        if self.mode == Mode.INFERENCE or not g.backward.any() or g.memory_model is MemoryModel.NODE_SIZES:
             return _ro(out)
         src = g.edge_src
         stashed = (src >= 0) & ~g.backward[np.maximum(src, 0)] & g.backward[g.edge_dst]
@@ -154,8 +156,11 @@ class CostModel:
 
     @cached_property
     def working_set(self) -> np.ndarray:
-        """(n,) bytes live while a node runs: its distinct inputs (arguments excluded) and its outputs."""
+        """(n,) bytes live while a node runs: its distinct inputs (arguments excluded) and its outputs;
+        zero under the node-sizes memory model."""
         g = self.graph
+        if g.memory_model is MemoryModel.NODE_SIZES:
+            return _ro(np.zeros(g.num_nodes, np.int64))
         ws = g.out_bytes.astype(np.int64).copy()
         reads = crossings(g, np.arange(g.num_nodes))  # every (value, reading node) pair
         if len(reads):

@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from planmap.errors import InputError
+from planmap.vocabulary import MemoryModel
 
 __all__ = ["TensorType", "DimRoles", "DimMap", "Arg", "OpGraph", "GraphError", "UnionFind", "topological_order"]
 
@@ -169,7 +170,7 @@ class OpGraph:
     ``args``: entry arguments; ``results``: value ids returned by the entry function;
     ``members_indptr``/``members``: CSR of original op ids per node (identity when not coarsened);
     ``n_original``: number of ops of the original graph; ``meta``: free-form provenance (format,
-    unknown op kinds, coarsening report, ...).
+    unknown op kinds, coarsening report, ...) and ``meta["memory_model"]`` (see :attr:`memory_model`).
     """
 
     name: str
@@ -314,6 +315,14 @@ class OpGraph:
     @property
     def num_edges(self) -> int:
         return len(self.edge_value)
+
+    @property
+    def memory_model(self) -> MemoryModel:
+        """How a device's memory is counted (``meta["memory_model"]``, default working-set): with
+        ``node-sizes`` each node's ``state_bytes`` is its whole footprint (Tarnawski et al.: activations
+        are already in the sizes), so no working set or stash is added; parameters still count once
+        per device. Kept in ``meta`` so coarsening and every copy of the graph carry it."""
+        return MemoryModel(self.meta.get("memory_model", MemoryModel.WORKING_SET))
 
     @cached_property
     def edge_src(self) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The words the spec and the core share: objective, mode, throughput variant and pipeline schedule.
+"""The words the spec and the core share: objective, mode, throughput variant, pipeline schedule, memory model.
 
 One definition for the user's document (:mod:`planmap.spec.models`) and for what the solvers read
 (:class:`planmap.problem.Problem`), so a solver compares ``problem.objective`` with
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["ObjectiveKind", "Mode", "ThroughputVariant", "Schedule"]
+__all__ = ["ObjectiveKind", "Mode", "ThroughputVariant", "Schedule", "MemoryModel"]
 
 
 # what to minimise: one sample's latency, or the pipelined time per microbatch (bottleneck)
@@ -39,3 +39,10 @@ class Schedule(enum.StrEnum):
     AUTO = "auto"
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
+
+
+# what a device's memory holds: each node's size is its whole footprint (Tarnawski et al.), or the
+# node's state plus stashed activations and the largest working set of inputs and outputs
+class MemoryModel(enum.StrEnum):
+    NODE_SIZES = "node-sizes"
+    WORKING_SET = "working-set"

@@ -16,7 +16,9 @@ whose every consumer gets the same tensor). Times are converted to seconds.
 colorClass, isBackwardNode, supportedOnFpga}``, ``edges: {sourceId, destId, cost}``, latencies and
 costs in milliseconds, ``size`` in bytes): ``cpuLatency`` -> ``measured["cpu"]``, ``fpgaLatency`` ->
 ``measured["accelerator"]`` (NaN where ``supportedOnFpga`` is false), ``size`` -> state bytes,
-``cost`` -> the transfer time of the source node's single output.
+``cost`` -> the transfer time of the source node's single output. The paper counts an accelerator's
+memory as the sum of its nodes' ``size`` (activations are already in the sizes), so the import sets
+``memoryModel: node-sizes`` and reproduces the paper's problem exactly.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pydantic.alias_generators import to_camel
 
 from planmap.errors import InputError
 from planmap.graph import OpGraph
+from planmap.vocabulary import MemoryModel
 
 __all__ = ["FORMAT", "ProfiledNode", "ProfiledEdge", "ProfiledGraph", "to_graph", "from_graph", "dumps", "loads",
            "load", "from_tarnawski"]
@@ -84,6 +87,12 @@ class ProfiledGraph(_Model):
                                                       "document.")
     nodes: list[ProfiledNode] = Field(description="Operators, in any order (edges must form a DAG).")
     edges: list[ProfiledEdge] = Field(default_factory=list, description="Tensors between operators.")
+    memory_model: MemoryModel = Field(default=MemoryModel.WORKING_SET, description="How a device's memory is "
+                                      "counted: 'working-set' adds to the nodes' memoryBytes the largest working "
+                                      "set (inputs and outputs) of a node and, in training, the activations stashed "
+                                      "per in-flight microbatch; 'node-sizes' takes each node's memoryBytes as its "
+                                      "whole footprint (Tarnawski et al.'s semantics: the sum over a device's "
+                                      "nodes, parameters once per device).")
     meta: dict[str, Any] = Field(default_factory=dict, description="Free-form provenance (profiler, hardware).")
 
 
@@ -175,7 +184,7 @@ def to_graph(doc: ProfiledGraph, *, where: str = "<profiled graph>") -> OpGraph:
         edge_dst=[d for d, _ in pairs], colocation=colocation, backward=[nd.backward for nd in nodes],
         layer=[-1 if nd.layer is None else nd.layer for nd in nodes], measured=measured,
         meta={"format": "opgraph", "source": where, "time_unit": doc.time_unit, "node_ids": [nd.id for nd in nodes],
-              **({"profile": dict(doc.meta)} if doc.meta else {})})
+              "memory_model": doc.memory_model, **({"profile": dict(doc.meta)} if doc.meta else {})})
 
 
 def from_graph(graph: OpGraph, *, time_unit: str = "s") -> ProfiledGraph:
@@ -199,7 +208,7 @@ def from_graph(graph: OpGraph, *, time_unit: str = "s") -> ProfiledGraph:
         edges.append(ProfiledEdge(src=ids[s], dst=ids[d], bytes=int(graph.value_bytes[v]),
                                   transfer_time=None if math.isnan(t) else float(t) / unit))
     return ProfiledGraph(format=FORMAT, name=graph.name, time_unit=time_unit, nodes=nodes, edges=edges,
-                         meta=dict(graph.meta.get("profile", {})))
+                         memory_model=graph.memory_model, meta=dict(graph.meta.get("profile", {})))
 
 
 def dumps(graph: OpGraph, *, time_unit: str = "s") -> str:
@@ -265,7 +274,7 @@ def from_tarnawski(doc: dict, *, name: str = "tarnawski", where: str = "<tarnaws
                               transfer_time=cost[int(e["sourceId"])]) for e in doc.get("edges", [])]
         limits = {k: doc[k] for k in ("maxSizePerFPGA", "maxFPGAs", "maxCPUs") if k in doc}
         model = ProfiledGraph(format=FORMAT, name=name, time_unit="ms", nodes=nodes, edges=edges,
-                              meta={"converted_from": "tarnawski", **limits})
+                              memory_model=MemoryModel.NODE_SIZES, meta={"converted_from": "tarnawski", **limits})
     except (KeyError, TypeError, ValueError, ValidationError) as e:
         raise InputError(f"{where}: invalid Tarnawski et al. input document: {e}") from None
     return to_graph(model, where=where)

@@ -87,7 +87,8 @@ def pipeline_graph(layers: Layers, *, name: str, seed: int = 0, training: bool =
     work = np.asarray(layers.work, float) * rng.lognormal(0.0, 0.35, n)
     acc = work * time_scale
     cpu = acc * cpu_ratio * rng.lognormal(0.0, 0.15, n)
-    out = np.maximum(1, np.asarray(layers.out, float) * act_scale * rng.lognormal(0.0, 0.2, n)).astype(np.int64)
+    rel_out = np.asarray(layers.out, float)  # 0: a node without outputs
+    out = np.where(rel_out > 0, np.maximum(1, rel_out * act_scale * rng.lognormal(0.0, 0.2, n)), 0).astype(np.int64)
     comm = out / out.mean() * comm_ratio * acc.mean()
     pbytes = (np.asarray(layers.params, float) * param_scale).astype(np.int64)
     fwd_src = [p for v in range(n) for p in layers.preds[v]]
@@ -248,9 +249,19 @@ def resnet_layers(blocks: Sequence[int] = (3, 4, 6, 3)) -> Layers:
     return g
 
 
-def gnmt_layers(encoder: int = 8, decoder: int = 8) -> Layers:
+def gnmt_layers(encoder: int = 8, decoder: int = 8, sinks: int = 0) -> Layers:
     """GNMT at layer granularity: bidirectional first encoder layer, residual stacks, attention context
-    read by every decoder layer, a decoder embedding independent of the encoder."""
+    read by every decoder layer, a decoder embedding independent of the encoder. ``sinks`` zero-cost
+    nodes without outputs hang off one node each, spread over the graph (as in Tarnawski et al.'s GNMT
+    graphs, where they multiply the ideals unless merged into their neighbour)."""
+    g = _gnmt(encoder, decoder)
+    hosts = np.linspace(1, g.n - 2, sinks).round().astype(int) if sinks else []
+    for k, h in enumerate(hosts):
+        g.add(f"{g.names[h]}/sink{k}", [int(h)], 0.0, out=0.0, layer=g.layer[h])
+    return g
+
+
+def _gnmt(encoder: int, decoder: int) -> Layers:
     g = Layers.empty()
     p = 3.2e7
     src = g.add("enc/embedding", [g.add("src_tokens", [], 0.02, out=0.02)], 0.3, params=1.3e8)
@@ -335,6 +346,7 @@ WORKLOADS = {  # totals: BERT-12 ~0.6 GB of parameters, ResNet-50 ~0.1 GB, GNMT 
     "bert3-ops": lambda: (transformer_ops(3), dict(time_scale=2e-4, act_scale=1e6)),
     "resnet50-layers": lambda: (resnet_layers(), dict(time_scale=3e-4, act_scale=1e6, param_scale=5.0)),
     "gnmt-layers": lambda: (gnmt_layers(), dict(time_scale=8e-4, act_scale=2e6)),
+    "gnmt-sinks-layers": lambda: (gnmt_layers(sinks=17), dict(time_scale=8e-4, act_scale=2e6)),
     "inception-layers": lambda: (inception_layers(), dict(time_scale=4e-4, act_scale=1e6, param_scale=5.0)),
 }
 

@@ -21,7 +21,12 @@ lower bound, a pass at or above the optimum returns the optimum, and one that fi
 proves its threshold a lower bound (reported if the time limit stops the DP). Graphs with more ideals
 than ``max_ideals`` (solver option, default 250,000) are refused with a message, so ``solver: auto`` moves on.
 
-Options (``SolveOptions.passthrough``): ``max_ideals`` (int), ``ladder`` (fractions of the way from
+Before the enumeration, lossless reductions shrink the unit graph (:mod:`.reductions`: colour classes
+contracted, zero-cost leaves merged into their one neighbour); the certificate says how many units
+they merged.
+
+Options (``SolveOptions.passthrough``): ``max_ideals`` (int), ``reduce`` (default true; false skips the
+free-leaf merging, for comparison), ``ladder`` (fractions of the way from
 the lower bound to the incumbent tried as thresholds before the incumbent; default (0.3, 0.6);
 ``[]`` goes straight to the incumbent), ``bound_from_baselines`` (default true).
 """
@@ -133,7 +138,7 @@ class ThroughputDP:
 
     def _exact(self, problem: Problem, options: SolveOptions, t0: float) -> Solution:
         pt = dict(options.passthrough)
-        prep = prepare(problem, int(pt.get("max_ideals", DEFAULT_MAX_IDEALS)))
+        prep = prepare(problem, int(pt.get("max_ideals", DEFAULT_MAX_IDEALS)), reduce=bool(pt.get("reduce", True)))
         engine = prep.engine
         known = incumbents(problem, options) if pt.get("bound_from_baselines", True) else []
         ub = known[0][0] if known else math.inf
@@ -164,6 +169,8 @@ class ThroughputDP:
                 status = Status.OPTIMAL if problem.contiguous else Status.HEURISTIC
                 msg = (f"{prep.num_ideals:,} ideals of {prep.num_units} units, {pairs:,} stage candidates, "
                        f"threshold {T:.6g}")
+                if prep.merged:
+                    msg += f"; {prep.merged} zero-cost leaf unit(s) merged into their neighbour first (lossless)"
                 if not problem.contiguous:
                     msg += "; optimal among contiguous plans only (non-contiguous plans may be better)"
                 cert = Certificate(status, self.name, objective=res.value,

@@ -10,7 +10,6 @@ over a whole level, and stored as ``(N, W)`` ``uint64`` rows (bit ``u % 64`` of 
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import csr_matrix
 
 from planmap.errors import PlanmapError
 
@@ -47,23 +46,32 @@ def member(bits: np.ndarray, rows: np.ndarray, units: np.ndarray) -> np.ndarray:
     return ((w >> (units & 63).astype(np.uint64)[None, :]) & np.uint64(1)).astype(bool)
 
 
+def predecessor_segments(num_units: int, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Edges grouped by head for ``reduceat``: the tails in head order, where each head's run starts,
+    and the heads (each unit with a predecessor once, ascending)."""
+    edges = np.asarray(edges, np.int64).reshape(-1, 2)
+    order = np.argsort(edges[:, 1], kind="stable")
+    heads = edges[order, 1]
+    targets, first = np.unique(heads, return_index=True)
+    return edges[order, 0], first, targets
+
+
 def enumerate_ideals(num_units: int, edges: np.ndarray, limit: int) -> np.ndarray:
     """Every ideal of the DAG on ``num_units`` units with ``edges`` (a, b) = a before b, as packed rows
     sorted by size, then lexicographically. Raises :class:`TooManyIdeals` beyond ``limit``."""
     U = num_units
     W = words(U)
-    if len(edges):
-        pm = csr_matrix((np.ones(len(edges), np.float32), (edges[:, 0], edges[:, 1])), shape=(U, U))
-    else:
-        pm = csr_matrix((U, U), dtype=np.float32)
+    pred_of, first, targets = predecessor_segments(U, edges)
     level = np.zeros((1, W), np.uint64)
     out = [level]
     total = 1
     one = np.uint64(1)
     for _ in range(U):
         m = unpack(level, U)
-        missing = np.asarray((~m).astype(np.float32) @ pm)  # predecessors not yet in the ideal
-        rows, units = np.nonzero(~m & (missing == 0))
+        blocked = np.zeros_like(m)  # a predecessor not yet in the ideal
+        if len(pred_of):
+            blocked[:, targets] = np.logical_or.reduceat(~m[:, pred_of], first, axis=1)
+        rows, units = np.nonzero(~m & ~blocked)
         if not len(rows):
             break
         nxt = level[rows].copy()

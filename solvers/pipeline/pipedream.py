@@ -23,8 +23,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from planmap.errors import InfeasibleError
 from planmap.graph import UnionFind, topological_order
@@ -34,7 +32,7 @@ from planmap.vocabulary import ObjectiveKind
 from .engine import to_solution
 from .ideals import pack
 from .prepare import prepare
-from .stage_units import Units, build_units
+from .stage_units import Units, build_units, strong_components
 
 __all__ = ["PipeDream", "layer_chain", "chain_ideals"]
 
@@ -110,8 +108,7 @@ def layer_chain(problem: Problem, units: Units, granularity: str = "layer") -> n
     edges = units.edges.reshape(-1, 2)
     ea, eb = label[edges[:, 0]], label[edges[:, 1]]
     keep = ea != eb
-    graph = coo_matrix((np.ones(int(keep.sum())), (ea[keep], eb[keep])), shape=(k, k)).tocsr()
-    _, comp = connected_components(graph, directed=True, connection="strong")
+    _, comp = strong_components(k, ea[keep], eb[keep])
     ca, cb = comp[ea[keep]], comp[eb[keep]]
     inner = ca != cb
     pairs = np.unique(np.stack([ca[inner], cb[inner]], 1), axis=0) if inner.any() else np.zeros((0, 2), np.int64)

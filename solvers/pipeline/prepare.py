@@ -14,6 +14,7 @@ from planmap.problem import Problem
 
 from .engine import PipelineDP
 from .ideals import enumerate_ideals
+from .reductions import merge_free_leaves
 from .stage_costs import StageCosts
 from .stage_units import DeviceClasses, build_units, device_classes
 
@@ -32,6 +33,7 @@ class PreparedDP:
     classes: DeviceClasses
     costs: StageCosts
     engine: PipelineDP
+    merged: int = 0  # units merged away by the lossless reductions (free leaves)
 
     @property
     def num_ideals(self) -> int:
@@ -39,14 +41,17 @@ class PreparedDP:
 
 
 def prepare(problem: Problem, max_ideals: int = DEFAULT_MAX_IDEALS, bits: np.ndarray | None = None,
-            unit_of: np.ndarray | None = None, num_units: int | None = None) -> PreparedDP:
+            unit_of: np.ndarray | None = None, num_units: int | None = None, reduce: bool = True) -> PreparedDP:
     """Units, ideals (of the reversed contiguity graph: the DP places the last stage first) and tables.
 
-    ``bits``/``unit_of``/``num_units`` replace the ideal family (PipeDream passes the prefixes of a
-    layer chain)."""
+    ``reduce`` merges free leaves first (:mod:`.reductions`; lossless). ``bits``/``unit_of``/``num_units``
+    replace the ideal family (PipeDream passes the prefixes of a layer chain)."""
     classes = device_classes(problem)
+    merged = 0
     if bits is None:
         units = build_units(problem)
+        if reduce:
+            units, merged = merge_free_leaves(problem, units)
         U = units.num_units
         unit_of = (U - 1 - units.unit_of).astype(np.int64)
         rev = (U - 1 - units.edges[:, ::-1]) if len(units.edges) else units.edges
@@ -56,7 +61,7 @@ def prepare(problem: Problem, max_ideals: int = DEFAULT_MAX_IDEALS, bits: np.nda
         raise ValueError("prepare: an ideal family (bits) requires its unit_of and num_units")
     level = _popcount(bits)
     costs = StageCosts(problem, unit_of, num_units, classes, bits)
-    return PreparedDP(unit_of, num_units, bits, classes, costs, PipelineDP(problem, classes, costs, level))
+    return PreparedDP(unit_of, num_units, bits, classes, costs, PipelineDP(problem, classes, costs, level), merged)
 
 
 def _popcount(bits: np.ndarray) -> np.ndarray:

@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import csr_matrix
 
 from planmap.crossings import crossings
 from planmap.problem import Problem
@@ -129,9 +128,8 @@ class StageCosts:
         self.rank_order = np.argsort(-ws, kind="stable")
         self.ws_sorted = ws[self.rank_order]
         self.rank_bits = np.empty_like(bits)
-        cinc = csr_matrix((np.ones(len(self.h_cons), np.float32),
-                           (self.h_cons, np.repeat(np.arange(H), np.diff(self.h_cons_ptr)))), shape=(U, H))
         ncons = np.diff(self.h_cons_ptr)
+        counted = np.flatnonzero(ncons > 0)  # reduceat's runs: one per value with consumers, in order
         cut_rows, cut_cols = [], []
         multi_n = len(multi_users)
         cutp_rows, cutp_cols = [], []
@@ -147,7 +145,10 @@ class StageCosts:
             self.P1[lo:hi] = mf @ single
             self.rank_bits[lo:hi] = pack(m[:, self.rank_order])
             if H:
-                cnt = np.asarray(m.astype(np.float32) @ cinc)
+                cnt = np.zeros((hi - lo, H), np.int64)  # consuming units of each value inside the ideal
+                if len(counted):
+                    cnt[:, counted] = np.add.reduceat(m[:, self.h_cons].astype(np.int64),
+                                                      self.h_cons_ptr[counted], axis=1)
                 p_in = m[:, self.h_prod]
                 cut = (cnt + p_in > 0) & (cnt + p_in < ncons + 1)
                 yr = p_in & (cnt < ncons)

@@ -25,15 +25,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from planmap.errors import PlanmapError
 from planmap.graph import topological_order
 from planmap.problem import Problem
 from planmap.vocabulary import Mode
 
-__all__ = ["Units", "DeviceClasses", "build_units", "unit_memory",
+__all__ = ["Units", "DeviceClasses", "build_units", "unit_memory", "strong_components",
            "device_classes", "allreduce_times"]
 
 
@@ -87,8 +85,7 @@ def build_units(problem: Problem) -> Units:
     ea, eb = ea[keep], eb[keep]
     m = int(unit_of.max()) + 1 if n else 0
     # fuse strongly connected components (exact for classes: a convex set holding two nodes holds every path)
-    graph = coo_matrix((np.ones(len(ea)), (ea, eb)), shape=(m, m)).tocsr()
-    ncomp, comp = connected_components(graph, directed=True, connection="strong")
+    ncomp, comp = strong_components(m, ea, eb)
     ca, cb = comp[ea], comp[eb]
     keep = ca != cb
     pairs = np.unique(np.stack([ca[keep], cb[keep]], 1), axis=0) if keep.any() else np.zeros((0, 2), np.int64)
@@ -100,6 +97,20 @@ def build_units(problem: Problem) -> Units:
     node_unit = rank[comp[unit_of]]
     e = rank[pairs] if len(pairs) else pairs
     return Units(node_unit, ncomp, e.reshape(-1, 2), contig)
+
+
+def strong_components(k: int, ea: np.ndarray, eb: np.ndarray) -> tuple[int, np.ndarray]:
+    """Strongly connected components of the graph on ``k`` items with edges ``ea[i] -> eb[i]``: their
+    number and each item's label. An acyclic graph (the usual case) is its own answer, found without
+    scipy, whose import alone costs more than a small solve."""
+    if topological_order(k, zip(np.asarray(ea).tolist(), np.asarray(eb).tolist(), strict=True)) is not None:
+        return k, np.arange(k)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    graph = coo_matrix((np.ones(len(ea)), (ea, eb)), shape=(k, k)).tocsr()
+    ncomp, comp = connected_components(graph, directed=True, connection="strong")
+    return int(ncomp), comp
 
 
 def unit_memory(problem: Problem, unit_of: np.ndarray, num_units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

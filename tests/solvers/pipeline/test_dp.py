@@ -39,6 +39,13 @@ def wide_dag(n: int, seed: int, p: float = 0.35, training: bool = False):
     out = (size / 10).astype(np.int64)
     if not training:
         return profiled_graph(edges, cpu, acc, comm, size=size, out_bytes=out)
+    return with_backward_twins(edges, cpu, acc, comm, size, out)
+
+
+def with_backward_twins(edges, cpu, acc, comm, size, out):
+    """A training graph of a profiled forward DAG, like the paper's: node ``i`` gets the backward twin
+    ``2n-1-i`` (twice the time, same class) that reads ``i``'s output; gradients flow back."""
+    n = len(cpu)
     N = 2 * n
     back_edges = [(N - 1 - v, N - 1 - u) for u, v in edges] + [(i, N - 1 - i) for i in range(n)]
     mirror = lambda a, r=1.0: np.concatenate([a, a[::-1] * r])  # noqa: E731
