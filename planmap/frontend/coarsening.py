@@ -38,6 +38,7 @@ import numpy as np
 from planmap.frontend import costs as C
 from planmap.frontend.namestack import common_scope, label_ops
 from planmap.frontend.partition import Partition
+from planmap.frontend.recompute import recomputed_nodes
 from planmap.frontend.repeats import tandem_blocks
 from planmap.graph import OpGraph
 
@@ -198,10 +199,14 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
     node_of, order = part.assignment()
     k = len(order)
     vnode = graph.value_node
-    # values that survive: arguments, results, and values used outside their producer's group
+    # values that survive: arguments, results, and values used outside their producer's group, unless
+    # each reader recomputes them (input-free cheap values, as the runtime does)
     prod_group = np.where(vnode >= 0, node_of[np.maximum(vnode, 0)], -1)
     e_val, e_dst = graph.edge_value, node_of[graph.edge_dst]
-    external_use = prod_group[e_val] != e_dst
+    recomputed = np.zeros(graph.num_values, bool)
+    if not graph.measured:
+        recomputed[vnode >= 0] = recomputed_nodes(graph)[vnode[vnode >= 0]]
+    external_use = (prod_group[e_val] != e_dst) & ~recomputed[e_val]
     keep = vnode < 0
     keep[e_val[external_use]] = True
     keep[graph.results] = True
