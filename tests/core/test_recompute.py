@@ -73,3 +73,24 @@ def test_runtime_and_cost_model_share_one_rule():
     from planmap.runtime.split import CHEAP_OPS
 
     assert CHEAP_OPS is RECOMPUTED_OPS
+
+
+def test_replicated_stage_keeps_each_replicas_launch_floor(problem):
+    """Every replica launches all of its kernels: splitting a microbatch over r devices divides the
+    roofline part only, so r replicas never beat one device's launch time."""
+    from dataclasses import replace
+
+    from planmap.problem import Certificate, Solution, Stage
+
+    p = replace(problem, replication=True)
+    n = p.graph.num_nodes
+    floor = p.cost.device_launch[:, 0].sum()
+    whole = p.cost.device_compute[:, 0].sum()
+    assert 0 < floor < whole
+    times = []
+    for r in (1, 2, 4, 8):
+        ev = evaluate(p, Solution(np.zeros(n, np.int64), (Stage(tuple(range(r))),), Certificate("heuristic", "hand")))
+        assert ev.feasible, ev.violations
+        assert ev.objective == pytest.approx((whole - floor) / r + floor)
+        times.append(ev.objective)
+    assert times == sorted(times, reverse=True) and times[-1] >= floor
