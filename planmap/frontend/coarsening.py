@@ -197,6 +197,7 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
            layer_of_group: dict[int, int], report: dict[str, Any]) -> OpGraph:
     """Materialise the partition as an OpGraph (node ids = topological positions)."""
     node_of, order = part.assignment()
+    structural = report.get("method") == "structure"
     k = len(order)
     vnode = graph.value_node
     # values that survive: arguments, results, and values used outside their producer's group, unless
@@ -248,9 +249,12 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
             names.append(graph.op_name[h])
         else:
             kinds.append("planmap.layer" if is_layer else "planmap.fusion")
-            if is_layer:  # the scope's own name stack, not diluted by absorbed unnamed ops
+            if is_layer and structural:  # found by repetition: the names say nothing, number the blocks
+                names.append(_block_name(layer_of_group[g]))
+            elif is_layer:  # the scope's own name stack, not diluted by absorbed unnamed ops
                 own = [graph.op_name[i] for i in mem if labels.group[i] == scope[g]] if scope[g] >= 0 else []
-                names.append(_common_name(own or [graph.op_name[i] for i in mem]))
+                names.append(_common_name(own or [graph.op_name[i] for i in mem])
+                             or (labels.group_names[scope[g]] if scope[g] >= 0 else ""))
             else:
                 names.append(graph.op_name[h])
         dtypes.append(graph.dtype[h])
@@ -285,6 +289,8 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
         measured[dev][unsupported] = np.nan
     meta = dict(graph.meta)
     meta["coarsening"] = report
+    if structural and not meta.get("layer_names"):
+        meta["layer_names"] = [_block_name(i) for i in range(report["repeated_layers"])]
     return OpGraph(
         name=graph.name, kind=kinds, op_name=names, flops=flops, bytes_accessed=nbytes, out_bytes=out_bytes,
         state_bytes=state, dtype=dtypes, value_node=v_node, value_index=v_index, value_bytes=v_bytes,
@@ -324,6 +330,11 @@ def _heaviest_member(graph: OpGraph, node_of: np.ndarray, k: int) -> np.ndarray:
     order = np.lexsort((np.arange(graph.num_nodes)[::-1], graph.bytes_accessed, graph.flops, node_of))
     last = np.r_[np.flatnonzero(np.diff(node_of[order])), len(order) - 1]
     return order[last][:k]
+
+
+def _block_name(layer: int) -> str:
+    """The name of a repeated layer found from structure alone (no usable names in the artifact)."""
+    return f"block{layer}"
 
 
 def _common_name(names: list[str]) -> str:
