@@ -48,7 +48,10 @@ class CostModel:
 
     ``compute`` is ``(n, T)`` seconds per node and device type (``inf`` where a node cannot run on
     that type); ``device_compute`` expands it to ``(n, D)``. ``kernels`` (n,) counts the kernels a
-    node launches (overhead is paid per kernel).
+    node launches (overhead is paid per kernel); ``launch`` ``(n, T)`` is the launch part of
+    ``compute`` (zero for measured times). A replicated stage splits each microbatch over its
+    replicas, which divides the roofline part, but every replica launches all of its kernels, so the
+    launch part is never divided (see :meth:`replicated`).
     """
 
     graph: OpGraph
@@ -57,6 +60,7 @@ class CostModel:
     optimizer: str
     compute: np.ndarray
     kernels: np.ndarray
+    launch: np.ndarray
 
     @classmethod
     def build(cls, graph: OpGraph, topology: Topology, *, mode: str = Mode.INFERENCE, optimizer: str = "adam",
@@ -64,11 +68,23 @@ class CostModel:
         n, types = graph.num_nodes, len(topology.type_names)
         k = np.ones(n) if kernels is None else np.asarray(kernels, float)
         compute = np.empty((n, types))
+        launch = np.zeros((n, types))
         for t in range(types):
-            compute[:, t] = _type_times(graph, topology, t, k)
-        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k))
+            compute[:, t], launch[:, t] = _type_times(graph, topology, t, k)
+        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch))
+
+    @staticmethod
+    def replicated(seconds, launch, replicas):
+        """Per-replica seconds of work ``seconds`` (of which ``launch`` is kernel launches) split over
+        ``replicas`` devices: the rest shrinks with the per-replica batch, the launches do not."""
+        return (seconds - launch) / replicas + launch
 
     # ------------------------------------------------------------------------------ compute
+    @cached_property
+    def device_launch(self) -> np.ndarray:
+        """(n, D) seconds of kernel launches of each node on each device (part of :attr:`device_compute`)."""
+        return _ro(np.ascontiguousarray(self.launch[:, self.topology.device_type]))
+
     @cached_property
     def device_compute(self) -> np.ndarray:
         """(n, D) seconds of each node on each device (inf = not supported)."""
@@ -172,12 +188,13 @@ class CostModel:
         return self.topology.allreduce_time(nbytes, devices)
 
 
-def _type_times(graph: OpGraph, topo: Topology, t: int, kernels: np.ndarray) -> np.ndarray:
+def _type_times(graph: OpGraph, topo: Topology, t: int, kernels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, of which kernel launches) per node on device type ``t``."""
     kind = topo.type_kinds[t]
     for key in (topo.type_names[t], kind, "accelerator" if kind != "cpu" else None):
         if key is not None and key in graph.measured:
             m = graph.measured[key]
-            return np.where(np.isnan(m), math.inf, m)
+            return np.where(np.isnan(m), math.inf, m), np.zeros(graph.num_nodes)
     if graph.measured and not graph.flops.any() and not graph.bytes_accessed.any():
         raise InputError(f"the profiled graph {graph.name!r} has no times for device type "
                          f"{topo.type_names[t]!r} (kind {kind}); it has: {', '.join(graph.measured)}")
@@ -187,4 +204,5 @@ def _type_times(graph: OpGraph, topo: Topology, t: int, kernels: np.ndarray) -> 
         peak[dtypes == dt] = topo.peak(t, DTYPE_ALIASES.get(dt, dt))
     eff = topo.efficiency[t]
     roof = np.maximum(graph.flops / peak, graph.bytes_accessed / topo.mem_bw[t]) / eff
-    return roof + topo.overhead[t] * kernels
+    launch = topo.overhead[t] * kernels
+    return roof + launch, launch

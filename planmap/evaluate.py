@@ -14,8 +14,10 @@ SPMD (a solution with ``shardings``: one stage over a mesh): see :mod:`planmap.e
 
 Throughput (pipelined): the load of a device group (the devices of a stage; several = replicated)
 is its nodes' compute plus, once per value, what it receives and sends; divided by the number of
-replicas, plus the gradient all-reduce among them in training. The objective is the largest load
-(or max forward load + max backward load).
+replicas — except kernel launches, which every replica pays in full (a replicated stage never
+beats its per-replica launch floor) — plus the gradient all-reduce among them in training, assumed
+not overlapped with the backward pass (added to the backward load). The objective is the largest
+load (or max forward load + max backward load).
 """
 
 from __future__ import annotations
@@ -306,16 +308,17 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
     if uneven:
         violations.append(f"a stage is replicated over {uneven[0]} devices, but a microbatch of {b} samples "
                           "does not split evenly over them")
-    # compute (the slowest replica sets the pace)
-    fw = np.zeros(G)
-    bw = np.zeros(G)
+    # compute (the slowest replica sets the pace); kernel launches kept apart: replicas do not share them
+    fw, bw, launch_fw, launch_bw = (np.zeros(G) for _ in range(4))
     for k, devs in enumerate(groups):
         members = group_of == k
         tk = cost.device_compute[np.ix_(members, list(devs))].sum(axis=0)
-        bwk = cost.device_compute[np.ix_(members & g.backward, list(devs))].sum(axis=0)
         j = int(np.argmax(tk)) if len(tk) else 0
-        bw[k] = bwk[j] if len(bwk) else 0.0
+        d = devs[j]
+        bw[k] = cost.device_compute[members & g.backward, d].sum()
         fw[k] = (tk[j] if len(tk) else 0.0) - bw[k]
+        launch_bw[k] = cost.device_launch[members & g.backward, d].sum()
+        launch_fw[k] = cost.device_launch[members & ~g.backward, d].sum()
     c = crossings(g, group_of)
     val, pu, cu, pnode = c.value, c.producer_group, c.consumer_group, c.producer
     recv, sval, spu, send = _charges(problem, val, pu, cu, first, by_device_io=False)
@@ -325,8 +328,8 @@ def _throughput(problem: Problem, sol: Solution) -> Evaluation:
     np.add.at(bw, cu[back_r], recv[back_r])
     np.add.at(fw, spu[~back_s], send[~back_s])
     np.add.at(bw, spu[back_s], send[back_s])
-    fw /= rep
-    bw /= rep
+    fw = cost.replicated(fw, launch_fw, rep)
+    bw = cost.replicated(bw, launch_bw, rep)
     if problem.mode is Mode.TRAINING and (rep > 1).any():
         pv, pn = cost.param_use
         pairs = np.unique(np.stack([pv, group_of[pn]], 1), axis=0) if len(pv) else np.zeros((0, 2), int)

@@ -5,12 +5,15 @@ ids into an embedding, class labels into log-probabilities), and an out-of-range
 clamped garbage that hides real errors. :func:`index_bound` follows an integer argument through
 shape and elementwise ops (and into called functions) to the ``gather`` ops it indexes, and bounds
 it by the indexed dimension (the vocabulary, the number of classes). Float parameters are scaled
-by ``1/sqrt(fan-in)`` so that activations stay in a range where errors are meaningful.
+by ``1/sqrt(fan-in)`` so that activations stay in a range where errors are meaningful; a float
+argument that reaches a square root, a logarithm or a batch norm's variance (:func:`input_domains`)
+is drawn from ``[0.5, 1.5)``, so that random batch-norm statistics do not make the reference NaN.
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from planmap.errors import InputError
 from planmap.io import read_input
 from planmap.runtime.artifact import Artifact, entry_function, make_context
 
-__all__ = ["random_inputs", "load_inputs", "index_bound", "DEFAULT_INDEX_BOUND"]
+__all__ = ["ArgDomain", "random_inputs", "load_inputs", "input_domains", "index_bound", "DEFAULT_INDEX_BOUND"]
 
 DEFAULT_INDEX_BOUND = 4  # integer inputs that index nothing the analysis can see: keep them small
 
@@ -29,41 +32,68 @@ _PASS_THROUGH = frozenset({
 })
 
 
-def index_bound(artifact: Artifact, arg: int) -> int | None:
-    """The exclusive upper bound of valid values of integer argument ``arg`` (None: not an index)."""
-    from jax.extend.mlir import ir
-    from jax.extend.mlir.dialects import stablehlo
+# ops whose operand must be positive for a finite result (batch_norm_inference: its variance operand)
+_POSITIVE_OPERAND = {"stablehlo.sqrt": 0, "stablehlo.rsqrt": 0, "stablehlo.log": 0, "stablehlo.batch_norm_inference": 4}
 
+
+@dataclass(frozen=True)
+class ArgDomain:
+    """Where an argument's random values must lie: below ``index_bound`` (an index into a gather; None:
+    not an index), and above zero when ``positive`` (it reaches a square root, a logarithm or a batch
+    norm's variance through shape and additive ops, as a variance or a scale does)."""
+
+    index_bound: int | None
+    positive: bool
+
+
+def input_domains(artifact: Artifact) -> list[ArgDomain]:
+    """The :class:`ArgDomain` of every argument of ``artifact`` (one parse of the module)."""
     ctx = make_context()
     module = artifact.parse(ctx)
     with ctx:
         funcs = {op.attributes["sym_name"].value: op for op in module.body.operations
                  if op.operation.name == "func.func"}
-        main = entry_function(module)
-        stack = [main.regions[0].blocks[0].arguments[arg]]
-        seen: set = set()
-        bounds: list[int] = []
-        while stack:
-            value = stack.pop()
-            key = value.get_name() + str(id(value.owner))
-            if key in seen:
-                continue
-            seen.add(key)
-            for use in value.uses:
-                op = use.owner
-                op = op.operation if hasattr(op, "operation") else op
-                name = op.name
-                if name == "stablehlo.gather" and use.operand_number == 1:
-                    dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
-                    shape = ir.RankedTensorType(op.operands[0].type).shape
-                    bounds.extend(shape[d] for d in dn.start_index_map)
-                elif name == "func.call":
-                    callee = funcs.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-                    if callee is not None:
-                        stack.append(callee.regions[0].blocks[0].arguments[use.operand_number])
-                elif name in _PASS_THROUGH:
-                    stack.extend(op.results)
-        return min(bounds) if bounds else None
+        block = entry_function(module).regions[0].blocks[0]
+        return [_domain(arg, funcs) for arg in block.arguments]
+
+
+def index_bound(artifact: Artifact, arg: int) -> int | None:
+    """The exclusive upper bound of valid values of integer argument ``arg`` (None: not an index)."""
+    return input_domains(artifact)[arg].index_bound
+
+
+def _domain(argument, funcs: dict) -> ArgDomain:
+    """Follow one argument through pass-through ops and calls to the ops that constrain its values."""
+    from jax.extend.mlir import ir
+    from jax.extend.mlir.dialects import stablehlo
+
+    stack = [argument]
+    seen: set = set()
+    bounds: list[int] = []
+    positive = False
+    while stack:
+        value = stack.pop()
+        key = value.get_name() + str(id(value.owner))
+        if key in seen:
+            continue
+        seen.add(key)
+        for use in value.uses:
+            op = use.owner
+            op = op.operation if hasattr(op, "operation") else op
+            name = op.name
+            if name == "stablehlo.gather" and use.operand_number == 1:
+                dn = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+                shape = ir.RankedTensorType(op.operands[0].type).shape
+                bounds.extend(shape[d] for d in dn.start_index_map)
+            elif _POSITIVE_OPERAND.get(name) == use.operand_number:
+                positive = True
+            elif name == "func.call":
+                callee = funcs.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+                if callee is not None:
+                    stack.append(callee.regions[0].blocks[0].arguments[use.operand_number])
+            elif name in _PASS_THROUGH:
+                stack.extend(op.results)
+    return ArgDomain(min(bounds) if bounds else None, positive)
 
 
 def _fan_in(shape: tuple[int, ...]) -> int:
@@ -74,16 +104,19 @@ def random_inputs(executable, seed: int = 0) -> list[np.ndarray]:
     """Seeded random arguments for ``executable`` (data arguments with the global batch)."""
     rng = np.random.default_rng(seed)
     art = executable.artifact
+    domains = input_domains(art)
     out = []
     for i, t in enumerate(art.in_types):
         shape = executable.expected_shape(i)
         dtype = t.np_dtype
         kind = dtype.kind
-        if kind == "f" or dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        if (kind == "f" or dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2")) and domains[i].positive:
+            out.append(rng.uniform(0.5, 1.5, shape).astype(dtype))  # variances, scales under a square root
+        elif kind == "f" or dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
             scale = 1.0 if i in executable.data_args else 1.0 / np.sqrt(_fan_in(shape))
             out.append((rng.standard_normal(shape) * scale).astype(dtype))
         elif kind in "iu":
-            high = index_bound(art, i) or DEFAULT_INDEX_BOUND
+            high = domains[i].index_bound or DEFAULT_INDEX_BOUND
             out.append(rng.integers(0, high, size=shape).astype(dtype))
         elif kind == "b":
             out.append(rng.random(shape) < 0.5)

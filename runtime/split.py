@@ -18,16 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.frontend.recompute import RECOMPUTED_OPS
 from planmap.frontend.stablehlo import entry_return, top_level_ops
 from planmap.runtime.artifact import Artifact, entry_function
 from planmap.runtime.ir_graph import ARG, EntryGraph, Ref
 
 __all__ = ["CHEAP_OPS", "SegmentCut", "recomputable", "plan_cuts", "build_module"]
 
-CHEAP_OPS = frozenset({
-    "stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.broadcast",
-    "stablehlo.reshape", "stablehlo.convert",
-})
+CHEAP_OPS = RECOMPUTED_OPS  # one definition with the cost model (planmap.frontend.recompute)
 
 
 @dataclass(frozen=True)

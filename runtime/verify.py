@@ -29,7 +29,8 @@ import numpy as np
 from planmap.runtime.artifact import make_context
 from planmap.runtime.wrap import to_exported
 
-__all__ = ["TOLERANCES", "tolerance", "OutputError", "reference_outputs", "compare"]
+__all__ = ["TOLERANCES", "tolerance", "OutputError", "reference_outputs", "compare", "nonfinite_outputs",
+           "input_independent_outputs"]
 
 TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (2e-2, 1e-3), "bfloat16": (2e-2, 1e-3)}
 
@@ -106,3 +107,28 @@ def compare(executable, outputs, references) -> list[OutputError]:
                                 scale=float(np.abs(r.astype(np.float64)).max()) if r.size else 0.0,
                                 rtol=rtol, atol=atol))
     return errs
+
+
+def nonfinite_outputs(executable, references) -> list[str]:
+    """Names of the reference's float outputs holding NaN or Inf: the single-device run itself is not
+    finite on these inputs, so no comparison with it means anything."""
+    names = executable.artifact.result_names
+    return [names[k] for k, r in enumerate(references)
+            if np.asarray(r).dtype.kind in "fc" and not np.isfinite(np.asarray(r)).all()]
+
+
+def input_independent_outputs(executable, references) -> list[str]:
+    """Names of per-sample outputs (combined by concatenation) whose rows are all alike, within the
+    output's tolerance: different samples give the same result, so they do not depend on the inputs
+    (saturated or dead activations) and a comparison checks little."""
+    out = []
+    for k, (r, rule) in enumerate(zip(references, executable.combine, strict=True)):
+        r = np.asarray(r)
+        if rule != "concat" or r.ndim == 0 or r.shape[0] < 2 or r.dtype.kind not in "fc":
+            continue
+        rows = r.reshape(r.shape[0], -1).astype(np.float64)
+        rtol, atol = tolerance(r.dtype)
+        spread = float(np.abs(rows - rows[:1]).max()) if rows.size else 0.0
+        if spread <= atol + rtol * float(np.abs(rows).max(initial=0.0)):
+            out.append(executable.artifact.result_names[k])
+    return out

@@ -68,7 +68,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     out.print(f"parameters {format_bytes(s['parameter_bytes'])} in "
               f"{sum(a['role'] == 'param' for a in s['arguments'])} argument(s); data "
               f"{format_bytes(s['data_bytes'])} in {sum(a['role'] != 'param' for a in s['arguments'])}; "
-              f"activations {format_bytes(s['activation_bytes'])}; constants {format_bytes(s['constant_bytes'])}")
+              f"peak live activations {format_bytes(s['activation_bytes'])}; "
+              f"constants {format_bytes(s['constant_bytes'])}")
     if s["backward_ops"]:
         out.print(f"training step: {s['backward_ops']:,} backward ops")
     if s["measured_devices"]:

@@ -48,7 +48,7 @@ def run(
 
     import planmap.runtime as rt
     from planmap.runtime.inputs import load_inputs, random_inputs
-    from planmap.runtime.verify import compare, reference_outputs
+    from planmap.runtime.verify import compare, input_independent_outputs, nonfinite_outputs, reference_outputs
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 110)
     if unchecked:
@@ -90,7 +90,17 @@ def run(
         console.print(f"predicted step time: {doc.predicted.step_time_ns / 1e6:.3f} ms")
     if not verify:
         return
-    errors = compare(exe, outs, reference_outputs(exe, args))
+    references = reference_outputs(exe, args)
+    nonfinite = nonfinite_outputs(exe, references)
+    if nonfinite:
+        raise PlanmapError(f"cannot verify: the single-device reference itself is not finite (NaN or Inf in "
+                           f"{', '.join(map(_short_name, nonfinite[:3]))}) on these inputs, so there is nothing to "
+                           "compare with; pass --inputs FILE.npz with values the model accepts")
+    for name in input_independent_outputs(exe, references):
+        console.print(f"[yellow]warning:[/] output {_short_name(name)} is the same for every sample: it does not "
+                      "depend on the inputs here (saturated or dead activations?), so comparing it checks little; "
+                      "try --inputs with real data")
+    errors = compare(exe, outs, references)
     vt = Table(title="verify: against the unsharded artifact on one device")
     for col in ("output", "rule", "max |err|", "relative", "rtol/atol", "ok"):
         vt.add_column(col, no_wrap=True)

@@ -38,6 +38,7 @@ import numpy as np
 from planmap.frontend import costs as C
 from planmap.frontend.namestack import common_scope, label_ops
 from planmap.frontend.partition import Partition
+from planmap.frontend.recompute import recomputed_nodes
 from planmap.frontend.repeats import tandem_blocks
 from planmap.graph import OpGraph
 
@@ -196,12 +197,17 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
            layer_of_group: dict[int, int], report: dict[str, Any]) -> OpGraph:
     """Materialise the partition as an OpGraph (node ids = topological positions)."""
     node_of, order = part.assignment()
+    structural = report.get("method") == "structure"
     k = len(order)
     vnode = graph.value_node
-    # values that survive: arguments, results, and values used outside their producer's group
+    # values that survive: arguments, results, and values used outside their producer's group, unless
+    # each reader recomputes them (input-free cheap values, as the runtime does)
     prod_group = np.where(vnode >= 0, node_of[np.maximum(vnode, 0)], -1)
     e_val, e_dst = graph.edge_value, node_of[graph.edge_dst]
-    external_use = prod_group[e_val] != e_dst
+    recomputed = np.zeros(graph.num_values, bool)
+    if not graph.measured:
+        recomputed[vnode >= 0] = recomputed_nodes(graph)[vnode[vnode >= 0]]
+    external_use = (prod_group[e_val] != e_dst) & ~recomputed[e_val]
     keep = vnode < 0
     keep[e_val[external_use]] = True
     keep[graph.results] = True
@@ -243,9 +249,12 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
             names.append(graph.op_name[h])
         else:
             kinds.append("planmap.layer" if is_layer else "planmap.fusion")
-            if is_layer:  # the scope's own name stack, not diluted by absorbed unnamed ops
+            if is_layer and structural:  # found by repetition: the names say nothing, number the blocks
+                names.append(_block_name(layer_of_group[g]))
+            elif is_layer:  # the scope's own name stack, not diluted by absorbed unnamed ops
                 own = [graph.op_name[i] for i in mem if labels.group[i] == scope[g]] if scope[g] >= 0 else []
-                names.append(_common_name(own or [graph.op_name[i] for i in mem]))
+                names.append(_common_name(own or [graph.op_name[i] for i in mem])
+                             or (labels.group_names[scope[g]] if scope[g] >= 0 else ""))
             else:
                 names.append(graph.op_name[h])
         dtypes.append(graph.dtype[h])
@@ -280,6 +289,8 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
         measured[dev][unsupported] = np.nan
     meta = dict(graph.meta)
     meta["coarsening"] = report
+    if structural and not meta.get("layer_names"):
+        meta["layer_names"] = [_block_name(i) for i in range(report["repeated_layers"])]
     return OpGraph(
         name=graph.name, kind=kinds, op_name=names, flops=flops, bytes_accessed=nbytes, out_bytes=out_bytes,
         state_bytes=state, dtype=dtypes, value_node=v_node, value_index=v_index, value_bytes=v_bytes,
@@ -319,6 +330,11 @@ def _heaviest_member(graph: OpGraph, node_of: np.ndarray, k: int) -> np.ndarray:
     order = np.lexsort((np.arange(graph.num_nodes)[::-1], graph.bytes_accessed, graph.flops, node_of))
     last = np.r_[np.flatnonzero(np.diff(node_of[order])), len(order) - 1]
     return order[last][:k]
+
+
+def _block_name(layer: int) -> str:
+    """The name of a repeated layer found from structure alone (no usable names in the artifact)."""
+    return f"block{layer}"
 
 
 def _common_name(names: list[str]) -> str:

@@ -12,6 +12,11 @@ backward pass). Flax and Haiku module paths look the same (``Block_3``, ``layers
 * Its *layer* is the scope path up to the first scope that ends in an index (``layer3``,
   ``stage1_block0``, ``Block_3``, ``h/3``). Ops in other scopes get the first scope as their
   *group* (``embed``, ``head``), and ops at the root get ``""`` (unlabelled).
+
+TensorFlow exports of a plain ``tf.function`` carry flat op names numbered per op type in creation
+order (``MatMul``, ``add``, ``Relu``, then ``MatMul_1``, ``add_1``, ``Relu_1``, ...): when no name
+has scopes and several op types share each number, number ``k`` is read as layer ``layer{k}`` (no
+suffix: ``layer0``). Keras models' scoped names (``sequential/dense_1/MatMul``) take the rule above.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ _WRAPPERS = frozenset({"jvp", "transpose", "vmap", "remat", "checkpoint", "jit",
 _WRAP_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$", re.S)
 _INDEXED_RE = re.compile(r"^(.*?[A-Za-z_.\-])(\d+)$")
 _STEM_RE = re.compile(r"\d+$")
+_TF_NUMBERED_RE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)(?:_(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,7 @@ def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
     The group depends only on the scopes (all components but the last), and thousands of ops share
     a scope path, so parsing is cached per scope path; ``backward`` is a substring test per op.
     """
+    names = _tf_numbered_layers(names) or names
     cache: dict[str, StackInfo] = {}
     infos = []
     for nm in names:
@@ -156,6 +163,26 @@ def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
     if len(group_names):
         layer = np.where(group >= 0, layer_of_group[np.maximum(group, 0)], -1).astype(np.int32)
     return Labels(group, group_names, layer, tuple(layer_names), backward)
+
+
+def _tf_numbered_layers(names) -> list[str] | None:
+    """``layer{k}/<name>`` for TensorFlow's flat per-type numbered op names (see module docstring), or
+    None when the names are not of that form: some name has scopes, or fewer than two numbers are
+    shared by at least two op types."""
+    if any("/" in nm or "(" in nm for nm in names):
+        return None
+    index: list[int | None] = []
+    stems_of: dict[int, set[str]] = {}
+    for nm in names:
+        m = _TF_NUMBERED_RE.match(nm)
+        k = int(m.group(2) or 0) if m else None
+        index.append(k)
+        if m:
+            stems_of.setdefault(k, set()).add(m.group(1))
+    shared = {k for k, stems in stems_of.items() if len(stems) >= 2}
+    if len(shared) < 2:
+        return None
+    return [f"layer{k}/{nm}" if k in shared else nm for nm, k in zip(names, index, strict=True)]
 
 
 def _first_forward_order(group: np.ndarray, backward: np.ndarray, n_groups: int) -> list[int]:

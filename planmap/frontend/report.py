@@ -12,11 +12,34 @@ import numpy as np
 
 from planmap.graph import OpGraph
 
-__all__ = ["inspect_graph"]
+__all__ = ["inspect_graph", "peak_live_bytes"]
 
 
 def _share(x: float, total: float) -> float:
     return float(x / total) if total > 0 else 0.0
+
+
+def peak_live_bytes(graph: OpGraph) -> int:
+    """The most bytes of op results alive at once when the ops run one by one in topological order.
+
+    A result is alive from the op that makes it to its last reader (to the end for the entry
+    function's results); arguments are not counted (they are the parameter and data bytes). This is
+    the activation memory a single-device run needs at its peak, not the sum over all values, which
+    counts every intermediate as if none were ever freed.
+    """
+    n = graph.num_nodes
+    produced = np.flatnonzero(graph.value_node >= 0)
+    if n == 0 or not len(produced):
+        return 0
+    start = graph.value_node[produced].astype(np.int64)
+    last = np.full(graph.num_values, -1, np.int64)
+    np.maximum.at(last, graph.edge_value, graph.edge_dst.astype(np.int64))
+    last[graph.results] = n - 1
+    end = np.maximum(last[produced], start)
+    delta = np.zeros(n + 1, np.int64)
+    np.add.at(delta, start, graph.value_bytes[produced])
+    np.add.at(delta, end + 1, -graph.value_bytes[produced])
+    return int(np.cumsum(delta[:n]).max())
 
 
 def inspect_graph(graph: OpGraph, *, top: int = 10, coarse: dict[str, OpGraph] | None = None) -> dict[str, Any]:
@@ -52,7 +75,7 @@ def inspect_graph(graph: OpGraph, *, top: int = 10, coarse: dict[str, OpGraph] |
         "bytes_accessed": float(graph.bytes_accessed.sum()),
         "parameter_bytes": param_bytes,
         "data_bytes": data_bytes,
-        "activation_bytes": int(graph.out_bytes.sum()),
+        "activation_bytes": peak_live_bytes(graph),
         "constant_bytes": int(graph.state_bytes.sum()),
         "arguments": [{"index": a.index, "name": a.name, "type": str(a.type), "role": a.role} for a in graph.args],
         "op_counts": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),

@@ -311,6 +311,7 @@ def build_graph(parsed: ParsedModule, *, name: str, entry: str = "main", argumen
     state = np.zeros(n, np.int64)
     constants = np.flatnonzero(cat == _CONSTANT)
     state[constants] = out_bytes[constants]
+    state[walk.splats] = 0
     dims: list[DimRoles | None] = [None] * n
     for i, c in walk.special.items():
         if c.dims is not None:
@@ -370,6 +371,7 @@ class _Walk:
         self.constraint_ops: list[tuple[int, Any]] = []
         self.operands: list[tuple[int, ...]] = []
         self.dim_maps: list[DimMap | None] = []
+        self.splats: list[int] = []  # splat constants: one element, materialised by the fusion reading it
 
 
 def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
@@ -432,10 +434,20 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
             w.special[n] = cost
         elif cat == _FREE and kind == "sdy.sharding_constraint":
             w.constraint_ops.append((n, op))
+        elif cat == _CONSTANT and _is_splat(op):
+            w.splats.append(n)
         dim_maps.append(dim_map(kind, op, ids, outs, vinfo, cost.dims if cat == _SPECIAL else None))
     ret = entry_return(block)
     w.results = [] if ret is None else [vid[v] for v in ret.operands]
     return w
+
+
+def _is_splat(op: Any) -> bool:
+    """Whether a ``stablehlo.constant`` holds one repeated element (``dense<c>``): no resident data."""
+    try:
+        return bool(getattr(op.attributes["value"], "is_splat", False))
+    except KeyError:
+        return False
 
 
 def _operand_infos(op: Any, types: TypeTable) -> tuple[list[TypeInfo], float]:

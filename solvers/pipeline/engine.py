@@ -7,7 +7,7 @@ the *reversed* contiguity graph, so the DP builds the pipeline from its last sta
 already placed are the ones after the new stage, which fixes its in-flight microbatches (1F1B)
 and so its memory.
 
-Beyond the paper: several device classes, replicated stages (load / r + gradient all-reduce),
+Beyond the paper: several device classes, replicated stages (load / r except kernel launches, + gradient all-reduce),
 pipeline-schedule memory, the max-forward + max-backward objective (a Pareto set of
 ``(max fw, max bw)`` per state instead of one number), and pruning against a threshold ``T``:
 
@@ -116,8 +116,9 @@ class PipelineDP:
         return self.W_total / cap if cap > 0 else 0.0
 
     def _loads(self, pc, t: int, r: int) -> tuple[np.ndarray, np.ndarray]:
-        fw = pc.fw[:, t] / r
-        bw = pc.bw[:, t] / r
+        replicated = self.problem.cost.replicated
+        fw = replicated(pc.fw[:, t], pc.launch_fw[:, t], r)
+        bw = replicated(pc.bw[:, t], pc.launch_bw[:, t], r)
         if self.train_ar and r > 1:
             bw = bw + allreduce_times(self.problem, self.classes.devices[t][:r], pc.grad)
         bad = ~pc.ok[:, t]

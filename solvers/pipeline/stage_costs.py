@@ -43,7 +43,8 @@ _CHUNK = 4096
 class PairCosts:
     """Per candidate pair: ``fw``/``bw`` (m, T) seconds on one device of each class, ``ok`` (m, T)
     every node supported there, ``mem`` bytes without the stash, ``stash`` bytes per in-flight
-    microbatch, ``grad`` distinct parameter bytes (for the all-reduce of replicated stages)."""
+    microbatch, ``grad`` distinct parameter bytes (for the all-reduce of replicated stages);
+    ``launch_fw``/``launch_bw`` (m, T) the kernel-launch part of ``fw``/``bw`` (replicas do not share it)."""
 
     fw: np.ndarray
     bw: np.ndarray
@@ -51,6 +52,8 @@ class PairCosts:
     mem: np.ndarray
     stash: np.ndarray
     grad: np.ndarray
+    launch_fw: np.ndarray
+    launch_bw: np.ndarray
 
 
 def _csr_lists(keys: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,9 +77,11 @@ class StageCosts:
         times = cost.device_compute[:, reps]
         ok_node = classes.allowed & np.isfinite(times)
         times = np.where(ok_node, times, 0.0)
+        launch = np.where(ok_node, cost.device_launch[:, reps], 0.0)
         back = g.backward
-        unit_f = np.zeros((U, T))
-        unit_b = np.zeros((U, T))
+        unit_f, unit_b, unit_lf, unit_lb = (np.zeros((U, T)) for _ in range(4))
+        np.add.at(unit_lf, uo[~back], launch[~back])
+        np.add.at(unit_lb, uo[back], launch[back])
         bad = np.zeros((U, T))
         np.add.at(unit_f, uo[~back], times[~back])
         np.add.at(unit_b, uo[back], times[back])
@@ -118,6 +123,8 @@ class StageCosts:
         self.N = N
         self.CF = np.empty((N, T))
         self.CB = np.empty((N, T))
+        self.LF = np.empty((N, T))
+        self.LB = np.empty((N, T))
         self.NB = np.empty((N, T), np.int64)
         self.STATE = np.empty(N)
         self.STASH = np.empty(N)
@@ -139,6 +146,8 @@ class StageCosts:
             mf = m.astype(np.float64)
             self.CF[lo:hi] = mf @ unit_f
             self.CB[lo:hi] = mf @ unit_b
+            self.LF[lo:hi] = mf @ unit_lf
+            self.LB[lo:hi] = mf @ unit_lb
             self.NB[lo:hi] = np.rint(mf @ bad).astype(np.int64)
             self.STATE[lo:hi] = mf @ state
             self.STASH[lo:hi] = mf @ stash
@@ -227,7 +236,7 @@ class StageCosts:
             need = (mem + stash * f_hi + self.ws_sorted[0] > cap_lo) & (mem + stash * f_lo <= cap_hi)
             if need.any():
                 mem[need] += self._max_ws(i, js[need])
-        return PairCosts(fw, bw, ok, mem, stash, params)
+        return PairCosts(fw, bw, ok, mem, stash, params, self.LF[i] - self.LF[js], self.LB[i] - self.LB[js])
 
     def _max_ws(self, i: int, js: np.ndarray) -> np.ndarray:
         """Largest working set among the units of ``I \\ J``: the first set bit of the ws-ranked difference."""

@@ -10,6 +10,7 @@ import pytest
 
 from planmap.frontend import coarsen, load_model
 from planmap.frontend.mlir import detect_format, read_bytes
+from tests.frontend.conftest import FIXTURES
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +38,34 @@ def test_tensorflow_text_and_bytecode_agree(fixtures_dir):
     text, blob = load_model(fixtures_dir / "tf_mlp.mlir"), load_model(fixtures_dir / "tf_mlp.mlirbc")
     assert text.kind == blob.kind and text.total_flops == blob.total_flops
     assert text.args[0].name == "XLA_Args"  # TF names every argument alike: roles fall back to positions
+
+
+@pytest.mark.parametrize("fixture", ["tf_mlp.mlir", "tf_mlp.mlirbc"])
+def test_tensorflow_numbered_op_names_give_layers(fixtures_dir, fixture):
+    """TF numbers op names per type (MatMul, MatMul_1, ...): number k is layer k, named ``layer{k}``."""
+    g = load_model(fixtures_dir / fixture)
+    assert g.meta["layer_names"] == ["layer0", "layer1", "layer2", "layer3"]
+    c = coarsen(g, "auto")
+    assert c.meta["coarsening"]["method"] == "names"
+    assert list(c.op_name) == ["layer0", "layer1", "layer2", "layer3"]
+
+
+def test_unnamed_repeated_blocks_get_block_names(tmp_path):
+    """torchax exports name every op ``jit(func)/<primitive>`` (no module path), like a JAX function
+    without named scopes: repeated layers are found from structure and named ``block{k}``."""
+    jax = pytest.importorskip("jax")
+    from planmap.export import jax as export_jax
+
+    def blocks(x, ws):
+        for w1, w2 in ws:
+            x = jax.nn.relu(x @ w1) @ w2 + x
+        return x
+
+    f32 = jax.numpy.float32
+    pair = (jax.ShapeDtypeStruct((64, 128), f32), jax.ShapeDtypeStruct((128, 64), f32))
+    g = load_model(export_jax(blocks, jax.ShapeDtypeStruct((8, 64), f32), [pair] * 4, path=tmp_path / "b.mlir"))
+    assert {n.split("/")[0] for n in g.op_name} == {"jit(blocks)"}
+    c = coarsen(g, "auto")
+    assert c.meta["coarsening"]["method"] == "structure"
+    assert list(c.op_name) == c.meta["layer_names"] == ["block0", "block1", "block2", "block3"]
+    assert load_model(FIXTURES / "torch_mlp.mlir").meta["layer_names"] == []  # four different shapes: no repeat
