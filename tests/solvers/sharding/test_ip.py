@@ -154,3 +154,29 @@ def test_warm_start_is_accepted_and_never_beaten_by_a_worse_answer(tmp_path):
     assert ans.objective <= evaluate_spmd(t, dp).step_time * (1 + 1e-9)
     quick = solve_mesh(t, SolveOptions(time_limit=1e-3), warm_start=dp)  # stops before improving on the start
     assert quick.objective <= evaluate_spmd(t, dp).step_time * (1 + 1e-9)
+
+
+def test_matrix_model_is_the_pyomo_model(tmp_path):
+    """The matrices handed to HiGHS directly have the Pyomo model's rows, columns and optimum (memory rows
+    binding: parameters must be split to fit)."""
+    from planmap.solvers import mip
+    from planmap.solvers.sharding.ip import _count
+    from planmap.solvers.sharding.matrix import satisfies, solve_sparse, sparse_model, start_vector
+    from planmap.solvers.sharding.model import build_model, model_data, read_choice
+    from planmap.solvers.sharding.reduce import reduce_tables
+
+    g = mlp_step(tmp_path, batch=32, hidden=256, layers=2)
+    t = tables_on(g, "h100-1x8", [0, 1, 2, 3], axes=1, capacity=1.2e6)
+    red = reduce_tables(t)
+    data = model_data(red)
+    assert data.memory_row
+    model = build_model(red, data=data)
+    sm = sparse_model(data)
+    assert (sm.num_rows, sm.num_cols) == (_count(model, "Constraint"), _count(model, "Var"))
+    ref = mip.solve_model(model, OPTS, scale=model.time_unit)
+    res, col = solve_sparse(sm, OPTS)
+    assert res.status == ref.status == Status.OPTIMAL
+    assert res.incumbent == pytest.approx(ref.incumbent, rel=1e-7)
+    # the Pyomo optimum, as a start vector, satisfies the matrices (same rows, not just the same optimum)
+    assert satisfies(sm, start_vector(sm, read_choice(model)))
+    assert satisfies(sm, col)
