@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import time
-from dataclasses import replace
 
 from planmap.errors import SolverUnavailableError
 from planmap.evaluate import evaluate
@@ -24,6 +23,7 @@ from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_rai
 __all__ = ["Sharding"]
 
 IP_MODULE = "planmap.solvers.sharding.ip"
+FINISH_SHARE = 0.03  # of the time limit, kept after the IP for evaluating and writing its answer
 
 
 def _ip_module() -> tuple[object | None, str]:
@@ -44,10 +44,14 @@ class Sharding:
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
+        deadline = time.monotonic() + float(options.time_limit)
         meshes_or_raise(problem, "sharding")
         found: list[tuple[tuple, int, Solution]] = []
         skipped: list[str] = []
-        for name, build in BASELINES:
+        for name, build in BASELINES:  # fast (one propagation per mesh): the anytime answer
+            if found and time.monotonic() >= deadline:
+                skipped.append(f"{name}: no time left")
+                continue
             try:
                 sol, ev = build(problem)
             except SolverUnavailableError as e:
@@ -55,14 +59,17 @@ class Sharding:
                 continue
             found.append(((not ev.feasible, ev.objective), len(found), sol))
         ip, why_not = _ip_module()
-        if ip is not None:
-            left = max(options.time_limit - (time.perf_counter() - t0), 1e-3)
-            ip_sol = _ip_answer(ip, problem, replace(options, time_limit=left), [f[2] for f in sorted(found)])
+        if ip is not None and (not found or time.monotonic() < deadline):
+            # the answer's evaluation and plan assembly come after the IP: keep a few percent for them
+            ip_end = deadline - FINISH_SHARE * float(options.time_limit)
+            ip_sol = _ip_answer(ip, problem, options, ip_end, [f[2] for f in sorted(found)])
             if ip_sol is not None:
                 ev = evaluate(problem, ip_sol)
                 proven = ip_sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED)
                 # the IP's proof covers the baselines, so on a tie its answer (and certificate) wins
                 found.append(((not ev.feasible, ev.objective * (1 - 1e-9 if proven else 1)), -1, ip_sol))
+        elif ip is not None:
+            why_not = "no time left for the sharding IP"
         if not found:
             raise SolverUnavailableError(f"sharding found no SPMD layout for {problem.name}: " + "; ".join(skipped))
         best = min(found, key=lambda f: f[:2])[2]
@@ -72,20 +79,23 @@ class Sharding:
         return best.with_certificate(wall_time=time.perf_counter() - t0, message=note)
 
 
-def _ip_answer(ip, problem: Problem, options: SolveOptions, starts: list[Solution]) -> Solution | None:
-    """The sharding IP over every logical mesh, warm-started per mesh from the best baseline on it, as a
-    Solution whose certificate covers every mesh (a skipped mesh's lower bound already loses)."""
+def _ip_answer(ip, problem: Problem, options: SolveOptions, deadline: float, starts: list[Solution]) -> Solution | None:
+    """The sharding IP over every logical mesh by ``deadline`` (``time.monotonic()``), warm-started per mesh
+    from the best baseline on it, as a Solution whose certificate covers every mesh (a mesh skipped by
+    its lower bound already loses; one the deadline left out leaves the answer unproven)."""
     warm: dict[tuple, dict] = {}
     for sol in starts:  # best first: the first layout per mesh wins
         tables, layout = solution_layout(problem, sol)
         warm.setdefault(tables.mesh.key, layout)
-    found = ip.solve_all(problem, options, warm_starts=warm)
+    found = ip.solve_all(problem, options, warm_starts=warm, deadline=deadline)
     best = found.best
     if best is None or best.specs is None:
         return None
     mb = best.tables.microbatches
     statuses = {a.status for a in found.meshes}
-    if statuses <= {Status.OPTIMAL}:
+    if any(lb < best.objective * (1 - options.rel_gap) for _, lb in found.skipped):
+        status = Status.TIME_LIMIT  # a mesh the deadline left out might still win
+    elif statuses <= {Status.OPTIMAL}:
         status = Status.OPTIMAL
     elif statuses <= {Status.OPTIMAL, Status.GAP_REACHED}:
         status = Status.GAP_REACHED
@@ -96,7 +106,7 @@ def _ip_answer(ip, problem: Problem, options: SolveOptions, starts: list[Solutio
     solved = ", ".join(f"{a.mesh.shape} {a.status or 'no answer'}" for a in found.meshes)
     skipped = ", ".join(f"{shape} (bound {lb * 1e3:.4g} ms)" for shape, lb in found.skipped)
     message = (f"{best.certificate_text()}; meshes solved: {solved}"
-               + (f"; skipped by bound: {skipped}" if skipped else ""))
+               + (f"; not solved (lower bound no better, or no time left): {skipped}" if skipped else ""))
     cert = Certificate(status=status, solver="sharding", objective=best.objective / mb, bound=bound,
                        version=VERSION, backend=options.backend, message=message,
                        options={"time_limit": options.time_limit, "rel_gap": options.rel_gap})
