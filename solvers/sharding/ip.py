@@ -1,7 +1,7 @@
 """The sharding IP (issue 12): the best SPMD layout of a program on each logical mesh, and over all meshes.
 
 :func:`solve_mesh` reduces a mesh's :class:`~planmap.sharding.ShardingTables` (:mod:`.reduce`: followers
-merged, exact folds; repeated layers are not tied yet), builds the integer program of :mod:`.model`,
+merged, exact folds, optionally repeated layers tied), builds the integer program of :mod:`.model`,
 solves it with the shared backend layer (:func:`planmap.solvers.mip.solve_model`: backend by name, time
 limit, gap, threads, seed, passthrough, warm start, progress), and reads back one strategy per unit.
 The answer's layout is checked with :func:`~planmap.sharding.evaluate_spmd`, whose step time is the
@@ -19,7 +19,7 @@ incumbent, shares the time left between the others, and returns the best.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -209,13 +209,14 @@ def tables_lower_bound(tables: ShardingTables) -> float:
 
 def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tuple, dict] | None = None,
               meshes: list[LogicalMesh] | None = None, merge_followers: bool = True,
-              deadline: float | None = None) -> SearchAnswer:
+              deadline: float | None = None, tie_layers: bool = True) -> SearchAnswer:
     """Solve the meshes of ``problem`` within ``options.time_limit`` (and ``deadline``, a ``time.monotonic()``
     instant) overall, everything included: each mesh's tables are built (or taken from the problem's
     cache) under the deadline, meshes are ordered by :func:`tables_lower_bound`, and each is then reduced
     and solved in turn with a fair share of the time left, skipping those whose bound cannot beat the
     incumbent. Meshes the deadline leaves out are reported in ``skipped`` with their bound (0 when not
-    even their tables were built). ``warm_starts``: a layout per ``mesh.key``."""
+    even their tables were built). ``warm_starts``: a layout per ``mesh.key``; ``tie_layers``: see
+    :func:`_solve_tied_then_free`."""
     t0 = time.perf_counter()
     end = time.monotonic() + float(options.time_limit)
     end = min(end, deadline) if deadline is not None else end
@@ -243,7 +244,8 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
             continue
         share = max(MIN_MESH_TIME, (end - time.monotonic()) / left)
         warm = (warm_starts or {}).get(tables.mesh.key)
-        ans = solve_mesh(tables, options, warm_start=warm, deadline=min(end, time.monotonic() + share), reduced=red)
+        ans = _solve_tied_then_free(tables, red, options, warm, min(end, time.monotonic() + share),
+                                    merge_followers=merge_followers, tie_layers=tie_layers)
         done.append(ans)
         if ans.objective is not None and ans.evaluation is not None and ans.evaluation.feasible and (
                 best is None or best.objective is None or ans.objective < best.objective):
@@ -254,3 +256,22 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
 def _beaten(best: MeshAnswer | None, lb: float, options: SolveOptions) -> bool:
     """Whether a mesh whose step time is at least ``lb`` cannot beat ``best`` by more than the gap."""
     return best is not None and best.objective is not None and lb >= best.objective * (1 - options.rel_gap)
+
+
+def _solve_tied_then_free(tables: ShardingTables, red: Reduced, options: SolveOptions, warm: dict | None,
+                          deadline: float, *, merge_followers: bool, tie_layers: bool) -> MeshAnswer:
+    """One mesh by ``deadline``: where the graph has repeated layers (and ``tie_layers``), first the IP with
+    them tied (small: one layer's columns) for half the time, then the full IP warm-started from that
+    answer. The full IP's bound is the certificate's; the tied proof, when the full one is not reached,
+    is stated with the reductions."""
+    tied = reduce_tables(tables, merge_followers=merge_followers, tie_layers=True) if tie_layers else None
+    if tied is None or tied.num_groups == red.num_groups:
+        return solve_mesh(tables, options, warm_start=warm, deadline=deadline, reduced=red)
+    first = solve_mesh(tables, options, warm_start=warm, reduced=tied,
+                       deadline=time.monotonic() + (deadline - time.monotonic()) / 2)
+    start = first.specs if first.specs is not None and first.evaluation.feasible else warm
+    ans = solve_mesh(tables, options, warm_start=start, deadline=deadline, reduced=red)
+    if ans.status in (Status.OPTIMAL, Status.GAP_REACHED) or first.status not in (Status.OPTIMAL, Status.GAP_REACHED):
+        return ans
+    return replace(ans, reductions=(*ans.reductions, f"first {first.certificate_text()}: "
+                                    f"{first.objective * 1e3 / tables.microbatches:.6g} ms per microbatch"))
