@@ -36,7 +36,7 @@ from .reduce import Reduced, reduce_tables
 __all__ = ["MeshAnswer", "SearchAnswer", "solve_mesh", "solve_all", "layout_of", "mesh_lower_bound",
            "problem_meshes", "tables_lower_bound"]
 
-MIN_MESH_TIME = 1.0  # seconds: the least a mesh's MIP is given when the deadline is shared
+MIN_MESH_TIME = 1.0  # seconds: the least time left for which a mesh (or its full IP after the tied one) is started
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,9 +93,10 @@ def layout_of(tables: ShardingTables, strategies: np.ndarray) -> dict[int, Spec]
     return out
 
 
-def _strategies_of(tables: ShardingTables, specs: dict[int, Spec]) -> np.ndarray:
-    """One strategy per unit reproducing a layout: the evaluator's per-op choice, the argument's spec."""
-    ev = evaluate_spmd(tables, specs)
+def _strategies_of(tables: ShardingTables, specs: dict[int, Spec], ev: SpmdEvaluation | None = None) -> np.ndarray:
+    """One strategy per unit reproducing a layout: the evaluator's per-op choice (``ev``: the layout's
+    evaluation, when already at hand), the argument's spec."""
+    ev = ev if ev is not None else evaluate_spmd(tables, specs)
     out = np.zeros(tables.num_units, np.int64)
     out[: tables.num_ops] = ev.choice
     for pos, a in enumerate(tables.graph.args):
@@ -133,8 +134,8 @@ def solve_mesh(tables: ShardingTables, options: SolveOptions, *, warm_start: dic
     notes: list[str] = []
     start_groups, start_eval = None, None
     if warm_start is not None:
-        start_units = _strategies_of(tables, warm_start)
         start_eval = evaluate_spmd(tables, warm_start)
+        start_units = _strategies_of(tables, warm_start, start_eval)
         start_groups = red.group_strategies(start_units)
         if start_groups is None:
             notes.append("the warm start breaks a stated reduction; given to the answer, not to the MIP")
@@ -166,7 +167,7 @@ def solve_mesh(tables: ShardingTables, options: SolveOptions, *, warm_start: dic
             notes.append(f"the MIP's layout needs {ev.memory:.4g} B of {ev.capacity:.4g} B under evaluate_spmd")
     if warm_start is not None and start_eval is not None and start_eval.feasible and (
             ev is None or not ev.feasible or start_eval.step_time < ev.step_time):
-        strategies, specs, ev, origin = _strategies_of(tables, warm_start), dict(warm_start), start_eval, "warm start"
+        strategies, specs, ev, origin = start_units, dict(warm_start), start_eval, "warm start"
     status, bound, gap = res.status, None if res.bound is None else res.bound * mb, res.gap
     if status == Status.INFEASIBLE and origin:
         status, bound, gap = Status.HEURISTIC, None, None
@@ -234,7 +235,7 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
     best: MeshAnswer | None = None
     done: list[MeshAnswer] = []
     for left, (lb, _, tables) in zip(range(len(cands), 0, -1), cands, strict=True):
-        if _beaten(best, lb, options) or (done and time.monotonic() >= end):
+        if _beaten(best, lb, options) or (done and end - time.monotonic() < MIN_MESH_TIME):
             skipped.append((tables.mesh.shape, lb))
             continue
         red = reduce_tables(tables, merge_followers=merge_followers)
@@ -269,6 +270,8 @@ def _solve_tied_then_free(tables: ShardingTables, red: Reduced, options: SolveOp
         return solve_mesh(tables, options, warm_start=warm, deadline=deadline, reduced=red)
     first = solve_mesh(tables, options, warm_start=warm, reduced=tied,
                        deadline=time.monotonic() + (deadline - time.monotonic()) / 2)
+    if deadline - time.monotonic() < MIN_MESH_TIME:  # no time for the full IP: the tied answer stands
+        return first
     start = first.specs if first.specs is not None and first.evaluation.feasible else warm
     ans = solve_mesh(tables, options, warm_start=start, deadline=deadline, reduced=red)
     if ans.status in (Status.OPTIMAL, Status.GAP_REACHED) or first.status not in (Status.OPTIMAL, Status.GAP_REACHED):

@@ -50,19 +50,37 @@ class SparseModel:
 
 
 class _Rows:
-    """CSR rows collected as (columns, coefficients, lower, upper)."""
+    """Rows collected as coordinates (row, column, coefficient) with per-row bounds; :meth:`csr` sorts them."""
 
     def __init__(self) -> None:
-        self.cols: list[np.ndarray] = []
-        self.coefs: list[np.ndarray] = []
-        self.lo: list[float] = []
-        self.hi: list[float] = []
+        self.r: list[np.ndarray] = []
+        self.c: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
+        self.lo: list[np.ndarray] = []
+        self.hi: list[np.ndarray] = []
+        self.n = 0
 
-    def add(self, cols: np.ndarray, coefs: np.ndarray, lo: float, hi: float) -> None:
-        self.cols.append(np.asarray(cols, np.int64))
-        self.coefs.append(np.asarray(coefs, float))
-        self.lo.append(lo)
-        self.hi.append(hi)
+    def block(self, count: int, lo: float, hi: float) -> int:
+        """Open ``count`` rows with bounds [lo, hi]; the first one's id."""
+        first = self.n
+        self.n += count
+        self.lo.append(np.full(count, lo))
+        self.hi.append(np.full(count, hi))
+        return first
+
+    def add(self, rows, cols, coefs) -> None:
+        rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+        self.r.append(np.broadcast_to(rows, cols.shape))
+        self.c.append(cols)
+        self.v.append(np.broadcast_to(np.asarray(coefs, float), cols.shape))
+
+    def csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        r, c, v = (np.concatenate([*x, np.zeros(0, dt)]) for x, dt in ((self.r, np.int64), (self.c, np.int64),
+                                                                       (self.v, float)))
+        order = np.argsort(r, kind="stable")
+        start = np.zeros(self.n + 1, np.int64)
+        np.cumsum(np.bincount(r, minlength=self.n), out=start[1:])
+        return start, c[order], v[order]
 
 
 def _edge_rows(rows: _Rows, dt: ModelData, base_e: int) -> None:
@@ -74,11 +92,10 @@ def _edge_rows(rows: _Rows, dt: ModelData, base_e: int) -> None:
             off = base_e + int(dt.e_off[j])
             g = int(red.edge_src[j] if out else red.edge_dst[j])
             which = red.edge_row[j] if out else red.edge_col[j]
-            for r in range(P if out else Q):
-                ents = off + (r * Q + np.arange(Q) if out else np.arange(P) * Q + r)
-                cols = dt.x_off[g] + np.flatnonzero(which == r)
-                rows.add(np.concatenate([ents, cols]), np.concatenate([np.ones(len(ents)), -np.ones(len(cols))]),
-                         0.0, 0.0)
+            first = rows.block(P if out else Q, 0.0, 0.0)
+            pq = np.arange(P * Q)
+            rows.add(first + (pq // Q if out else pq % Q), off + pq, 1.0)
+            rows.add(first + which, dt.x_off[g] + np.arange(len(which)), -1.0)
 
 
 def sparse_model(dt: ModelData) -> SparseModel:
@@ -88,30 +105,27 @@ def sparse_model(dt: ModelData) -> SparseModel:
     peak = nx + ne
     cap = max(dt.capacity, 1.0) if np.isfinite(dt.capacity) else 1.0
     rows = _Rows()
-    for g in dt.free.tolist():
-        cols = np.arange(int(dt.x_off[g]), int(dt.x_off[g + 1]))
-        rows.add(cols, np.ones(len(cols)), 1.0, 1.0)
+    first = rows.block(len(dt.free), 1.0, 1.0)
+    counts = np.diff(dt.x_off)[dt.free]
+    rows.add(first + np.repeat(np.arange(len(dt.free)), counts), np.arange(nx), 1.0)
     _edge_rows(rows, dt, nx)
     if dt.memory_row:
         for g in dt.ws_groups.tolist():
             cols = np.arange(int(dt.x_off[g]), int(dt.x_off[g + 1]))
-            rows.add(np.concatenate([[peak], cols]), np.concatenate([[1.0], -red.working[g] / dt.capacity]),
-                     0.0, np.inf)
-        cols = np.concatenate([np.arange(int(dt.x_off[g]), int(dt.x_off[g + 1])) for g in dt.free] + [[peak]])
-        coefs = np.concatenate([red.memory[g] / dt.capacity for g in dt.free] + [[1.0]])
-        rows.add(cols, coefs, -np.inf, 1.0 - MEMORY_MARGIN - dt.const_memory / dt.capacity)
+            r = rows.block(1, 0.0, np.inf)
+            rows.add(r, np.concatenate([[peak], cols]), np.concatenate([[1.0], -red.working[g] / dt.capacity]))
+        r = rows.block(1, -np.inf, 1.0 - MEMORY_MARGIN - dt.const_memory / dt.capacity)
+        rows.add(r, np.concatenate([np.arange(nx), [peak]]),
+                 np.concatenate([red.memory[g] / dt.capacity for g in dt.free] + [[1.0]]))
     cost = np.concatenate([red.cost[g] for g in dt.free] + [mat.ravel() for mat in red.edge_matrix]
                           + [np.zeros(1)]) / TIME_UNIT
     col_lo = np.zeros(nx + ne + 1)
     col_lo[peak] = dt.peak_lb / cap if dt.memory_row else 0.0
     col_hi = np.ones(nx + ne + 1)
     col_hi[peak] = np.inf
-    lengths = np.array([len(c) for c in rows.cols], np.int64)
-    start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    index = np.concatenate(rows.cols + [np.zeros(0, np.int64)])
-    value = np.concatenate(rows.coefs + [np.zeros(0)])
+    start, index, value = rows.csr()
     return SparseModel(dt, cost, dt.constant / TIME_UNIT, col_lo, col_hi, nx, start, index, value,
-                       np.asarray(rows.lo, float), np.asarray(rows.hi, float))
+                       np.concatenate([*rows.lo, np.zeros(0)]), np.concatenate([*rows.hi, np.zeros(0)]))
 
 
 def start_vector(sm: SparseModel, group_choice: np.ndarray) -> np.ndarray:
