@@ -234,11 +234,14 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
     cands.sort(key=lambda c: (c[0], c[1]))
     best: MeshAnswer | None = None
     done: list[MeshAnswer] = []
+    reduce_time = 0.0  # the last mesh's: a mesh is started only when its reduction fits the time left
     for left, (lb, _, tables) in zip(range(len(cands), 0, -1), cands, strict=True):
-        if _beaten(best, lb, options) or (done and end - time.monotonic() < MIN_MESH_TIME):
+        if _beaten(best, lb, options) or (done and end - time.monotonic() < MIN_MESH_TIME + reduce_time):
             skipped.append((tables.mesh.shape, lb))
             continue
+        t_red = time.monotonic()
         red = reduce_tables(tables, merge_followers=merge_followers)
+        reduce_time = time.monotonic() - t_red
         lb = max(lb, mesh_lower_bound(red) * tables.microbatches)
         if _beaten(best, lb, options):
             skipped.append((tables.mesh.shape, lb))
@@ -265,13 +268,14 @@ def _solve_tied_then_free(tables: ShardingTables, red: Reduced, options: SolveOp
     them tied (small: one layer's columns) for half the time, then the full IP warm-started from that
     answer. The full IP's bound is the certificate's; the tied proof, when the full one is not reached,
     is stated with the reductions."""
+    t0 = time.monotonic()
     tied = reduce_tables(tables, merge_followers=merge_followers, tie_layers=True) if tie_layers else None
     if tied is None or tied.num_groups == red.num_groups:
         return solve_mesh(tables, options, warm_start=warm, deadline=deadline, reduced=red)
     first = solve_mesh(tables, options, warm_start=warm, reduced=tied,
                        deadline=time.monotonic() + (deadline - time.monotonic()) / 2)
-    if deadline - time.monotonic() < MIN_MESH_TIME:  # no time for the full IP: the tied answer stands
-        return first
+    if deadline - time.monotonic() < MIN_MESH_TIME + (time.monotonic() - t0) / 2:
+        return first  # no time left for the full IP (about as dear to set up as the tied one): the tied answer stands
     start = first.specs if first.specs is not None and first.evaluation.feasible else warm
     ans = solve_mesh(tables, options, warm_start=start, deadline=deadline, reduced=red)
     if ans.status in (Status.OPTIMAL, Status.GAP_REACHED) or first.status not in (Status.OPTIMAL, Status.GAP_REACHED):

@@ -23,7 +23,7 @@ from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_rai
 __all__ = ["Sharding"]
 
 IP_MODULE = "planmap.solvers.sharding.ip"
-FINISH_SHARE = 0.03  # of the time limit, kept after the IP for evaluating and writing its answer
+FINISH_SHARE = 0.05  # of the time limit, kept after the IP for evaluating and writing its answer
 
 
 def _ip_module() -> tuple[object | None, str]:
@@ -60,7 +60,7 @@ class Sharding:
             found.append(((not ev.feasible, ev.objective), len(found), sol))
         ip, why_not = _ip_module()
         if ip is not None and (not found or time.monotonic() < deadline):
-            # the answer's evaluation and plan assembly come after the IP: keep a few percent for them
+            # the answer's evaluation and plan assembly come after the IP: keep 5 % for them
             ip_end = deadline - FINISH_SHARE * float(options.time_limit)
             ip_sol = _ip_answer(ip, problem, options, ip_end, [f[2] for f in sorted(found)])
             if ip_sol is not None:
