@@ -328,9 +328,15 @@ def _merge_two(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
 
 def _merge_parallel(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list:
     """Parallel edges (or axis parts) between two groups, merged pairwise whenever the merged matrix is
-    no larger than the two it replaces (same or nested row and column partitions)."""
+    no larger than the two it replaces (same or nested row and column partitions). Parts with the same
+    row and column maps (tied layers' copies of one edge) are summed first."""
+    same: dict[tuple[bytes, bytes], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for mat, row, col in parts:
+        key = (row.tobytes(), col.tobytes())
+        have = same.get(key)
+        same[key] = (mat, row, col) if have is None else (have[0] + mat, row, col)
     out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for part in parts:
+    for part in same.values():
         for j, have in enumerate(out):
             if _pairs(have[1], part[1]) * _pairs(have[2], part[2]) <= have[0].size + part[0].size:
                 out[j] = _merge_two([have, part])
