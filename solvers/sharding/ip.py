@@ -80,6 +80,7 @@ class SearchAnswer:
     meshes: tuple[MeshAnswer, ...]
     skipped: tuple[tuple[str, float], ...] = ()  # (mesh shape, lower bound) of meshes not solved
     wall_time: float = 0.0
+    lower_bounds: dict[str, float] = field(default_factory=dict)  # per solved mesh shape: its bound before the IP
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -234,6 +235,7 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
     cands.sort(key=lambda c: (c[0], c[1]))
     best: MeshAnswer | None = None
     done: list[MeshAnswer] = []
+    lbs: dict[str, float] = {}
     reduce_time = 0.0  # the last mesh's: a mesh is started only when its reduction fits the time left
     for left, (lb, _, tables) in zip(range(len(cands), 0, -1), cands, strict=True):
         if _beaten(best, lb, options) or (done and end - time.monotonic() < MIN_MESH_TIME + reduce_time):
@@ -248,13 +250,14 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
             continue
         share = max(MIN_MESH_TIME, (end - time.monotonic()) / left)
         warm = (warm_starts or {}).get(tables.mesh.key)
+        lbs[tables.mesh.shape] = lb
         ans = _solve_tied_then_free(tables, red, options, warm, min(end, time.monotonic() + share),
                                     merge_followers=merge_followers, tie_layers=tie_layers)
         done.append(ans)
         if ans.objective is not None and ans.evaluation is not None and ans.evaluation.feasible and (
                 best is None or best.objective is None or ans.objective < best.objective):
             best = ans
-    return SearchAnswer(best, tuple(done), tuple(skipped), time.perf_counter() - t0)
+    return SearchAnswer(best, tuple(done), tuple(skipped), time.perf_counter() - t0, lower_bounds=lbs)
 
 
 def _beaten(best: MeshAnswer | None, lb: float, options: SolveOptions) -> bool:

@@ -101,7 +101,9 @@ def _ip_answer(ip, problem: Problem, options: SolveOptions, deadline: float, sta
         status = Status.GAP_REACHED
     else:
         status = Status.TIME_LIMIT
-    bounds = [a.bound if a.bound is not None else 0.0 for a in found.meshes] + [lb for _, lb in found.skipped]
+    before = found.lower_bounds  # a mesh whose MIP proved no bound keeps the one it was ordered by
+    bounds = [max(a.bound or 0.0, before.get(a.mesh.shape, 0.0)) for a in found.meshes] + [
+        lb for _, lb in found.skipped]
     bound = min(bounds) / mb if bounds else None
     solved = ", ".join(f"{a.mesh.shape} {a.status or 'no answer'}" for a in found.meshes)
     skipped = ", ".join(f"{shape} (bound {lb * 1e3:.4g} ms)" for shape, lb in found.skipped)
