@@ -29,7 +29,9 @@ Objective values cross this boundary in the model's units; ``scale`` converts th
 caller reports (seconds), so models can be built in well-conditioned units.
 
 :func:`solve_model` is the one-shot entry point. :class:`HighsSession` keeps a model translated in
-HiGHS so it can be re-solved with variables fixed in place (large-neighbourhood search).
+HiGHS so it can be re-solved with variables fixed in place (large-neighbourhood search). :func:`run_highs`
+runs a model a solver passed to highspy itself as matrices (no Pyomo translation: the sharding IP), with
+the same options, progress, Ctrl-C handling and result.
 """
 
 from __future__ import annotations
