@@ -178,13 +178,16 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
     return over
 
 
-def megatron(problem: Problem) -> tuple[Solution, Evaluation]:
-    """The best Megatron layout over the meshes with a tensor axis inside a host (see the module doc)."""
+def megatron(problem: Problem, deadline: float | None = None) -> tuple[Solution, Evaluation]:
+    """The best Megatron layout over the meshes with a tensor axis inside a host (see the module doc);
+    with ``deadline`` (a ``time.monotonic()`` instant), the best of the meshes tried by then."""
     t0 = time.perf_counter()
     meshes = meshes_or_raise(problem, "megatron")
     candidates = [m for m in meshes if m.scope[-1] == "intra" and m.num_axes <= 2]
     best: tuple[tuple, Solution, Evaluation] | None = None
     for mesh in candidates:
+        if best is not None and deadline is not None and time.monotonic() >= deadline:
+            break
         tables = tables_cache(problem).get(mesh)
         tensor = mesh.num_axes - 1
         data = 0 if mesh.num_axes == 2 else None

@@ -227,7 +227,7 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
     cands: list[tuple[float, int, ShardingTables]] = []
     skipped: list[tuple[str, float]] = []
     for mesh in todo:
-        if cands and time.monotonic() >= end:
+        if (cands or warm_starts) and time.monotonic() >= end:
             skipped.append((mesh.shape, 0.0))
             continue
         tables = cache.get(mesh)
@@ -238,7 +238,8 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
     lbs: dict[str, float] = {}
     reduce_time = 0.0  # the last mesh's: a mesh is started only when its reduction fits the time left
     for left, (lb, _, tables) in zip(range(len(cands), 0, -1), cands, strict=True):
-        if _beaten(best, lb, options) or (done and end - time.monotonic() < MIN_MESH_TIME + reduce_time):
+        started = bool(done or warm_starts)  # with no answer at all yet, the first mesh is solved regardless
+        if _beaten(best, lb, options) or (started and end - time.monotonic() < MIN_MESH_TIME + reduce_time):
             skipped.append((tables.mesh.shape, lb))
             continue
         t_red = time.monotonic()

@@ -17,12 +17,13 @@ from planmap.errors import SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.sharding.solution import layout_of as solution_layout
-from planmap.sharding.solution import spmd_solution
+from planmap.sharding.solution import solution_mesh, spmd_solution
 from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_raise
 
 __all__ = ["Sharding"]
 
 IP_MODULE = "planmap.solvers.sharding.ip"
+MIN_IP_TIME = 1.0  # seconds left after the baselines for the IP to be started
 FINISH_SHARE = 0.05  # of the time limit, kept after the IP for evaluating and writing its answer
 
 
@@ -48,18 +49,22 @@ class Sharding:
         meshes_or_raise(problem, "sharding")
         found: list[tuple[tuple, int, Solution]] = []
         skipped: list[str] = []
+        slowest = 0.0  # the longest baseline so far: the next one starts only if that much time is left
         for name, build in BASELINES:  # fast (one propagation per mesh): the anytime answer
-            if found and time.monotonic() >= deadline:
+            if found and time.monotonic() + slowest >= deadline:
                 skipped.append(f"{name}: no time left")
                 continue
+            t_b = time.monotonic()
             try:
-                sol, ev = build(problem)
+                sol, ev = build(problem, deadline=deadline) if name == "megatron" else build(problem)
             except SolverUnavailableError as e:
                 skipped.append(f"{name}: {e}")
                 continue
+            finally:
+                slowest = max(slowest, time.monotonic() - t_b)
             found.append(((not ev.feasible, ev.objective), len(found), sol))
         ip, why_not = _ip_module()
-        if ip is not None and (not found or time.monotonic() < deadline):
+        if ip is not None and (not found or deadline - time.monotonic() > MIN_IP_TIME):
             # the answer's evaluation and plan assembly come after the IP: keep 5 % for them
             ip_end = deadline - FINISH_SHARE * float(options.time_limit)
             ip_sol = _ip_answer(ip, problem, options, ip_end, [f[2] for f in sorted(found)])
@@ -84,9 +89,10 @@ def _ip_answer(ip, problem: Problem, options: SolveOptions, deadline: float, sta
     from the best baseline on it, as a Solution whose certificate covers every mesh (a mesh skipped by
     its lower bound already loses; one the deadline left out leaves the answer unproven)."""
     warm: dict[tuple, dict] = {}
-    for sol in starts:  # best first: the first layout per mesh wins
-        tables, layout = solution_layout(problem, sol)
-        warm.setdefault(tables.mesh.key, layout)
+    for sol in starts:  # best first: the first layout per mesh wins (and only it is expanded)
+        if solution_mesh(problem, sol).key not in warm:
+            tables, layout = solution_layout(problem, sol)
+            warm[tables.mesh.key] = layout
     found = ip.solve_all(problem, options, warm_starts=warm, deadline=deadline)
     best = found.best
     if best is None or best.specs is None:
