@@ -29,7 +29,9 @@ Objective values cross this boundary in the model's units; ``scale`` converts th
 caller reports (seconds), so models can be built in well-conditioned units.
 
 :func:`solve_model` is the one-shot entry point. :class:`HighsSession` keeps a model translated in
-HiGHS so it can be re-solved with variables fixed in place (large-neighbourhood search).
+HiGHS so it can be re-solved with variables fixed in place (large-neighbourhood search). :func:`run_highs`
+runs a model a solver passed to highspy itself as matrices (no Pyomo translation: the sharding IP), with
+the same options, progress, Ctrl-C handling and result.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ __all__ = [
     "MipResult",
     "ProgressPoint",
     "choose_answer",
+    "highs_callbacks",
+    "highs_outcome",
+    "run_highs",
     "solve_model",
     "status_for",
     "unproven_if_infeasible",
@@ -307,7 +312,6 @@ class HighsSession:
     def run(self, options: SolveOptions, *, warm_start: bool = False, scale: float = 1.0,
             t0: float | None = None) -> MipResult:
         """One HiGHS run with ``options``; progress times count from ``t0`` (default: now)."""
-        import highspy
 
         backend = BACKENDS["highs"]
         check_passthrough(backend.name, options.passthrough)
@@ -317,49 +321,18 @@ class HighsSession:
         flag = _Interrupt()
         rec = _Recorder(options, scale, t0, flag, self.sense)
 
-        def on_improving(e) -> None:
-            try:
-                rec.observe(e.data_out.objective_function_value, e.data_out.mip_dual_bound, "new incumbent")
-                if flag.requested:
-                    e.interrupt()
-            except BaseException as err:  # never let an exception unwind through HiGHS' C++ frames
-                rec.error = err
-
-        def on_poll(e) -> None:
-            try:
-                rec.observe(e.data_out.mip_primal_bound, e.data_out.mip_dual_bound, "")
-                if flag.requested:
-                    e.interrupt()
-            except BaseException as err:
-                rec.error = err
-
-        h.cbMipImprovingSolution.subscribe(on_improving)
-        h.cbMipInterrupt.subscribe(on_poll)
         solver_options = {"random_seed": int(options.seed), "mip_feasibility_tolerance": 1e-7}
         solver_options.update(options.passthrough)
         t1 = time.perf_counter()
-        try:
-            with _sigint_as_flag(flag):
-                res = self.opt.solve(self.model, time_limit=float(options.time_limit), rel_gap=float(options.rel_gap),
-                                     threads=int(options.threads), solver_options=solver_options,
-                                     load_solutions=False, raise_exception_on_nonoptimal_result=False, tee=False)
-        finally:
-            h.cbMipImprovingSolution.clear()
-            h.cbMipInterrupt.clear()
+        with highs_callbacks(h, rec, flag), _sigint_as_flag(flag):
+            res = self.opt.solve(self.model, time_limit=float(options.time_limit), rel_gap=float(options.rel_gap),
+                                 threads=int(options.threads), solver_options=solver_options,
+                                 load_solutions=False, raise_exception_on_nonoptimal_result=False, tee=False)
         solve_time = time.perf_counter() - t1
         log = res.solver_log or ""
         if warm == "unknown":
             warm = _highs_start_verdict(log)
-        status = h.getModelStatus()
-        info = h.getInfo()
-        has = info.primal_solution_status == 2
-        termination = h.modelStatusToString(status)
-        if status == highspy.HighsModelStatus.kInterrupt or (
-                flag.requested and has and status != highspy.HighsModelStatus.kOptimal):
-            termination = "Interrupted by user"
-        incumbent = info.objective_function_value if has else None
-        bound = info.mip_dual_bound if info.mip_node_count >= 0 else None
-        gap = info.mip_gap if has and bound is not None and math.isfinite(info.mip_gap) else None
+        termination, has, incumbent, bound, gap = highs_outcome(h, flag)
         if has:
             res.solution_loader.load_vars()
             rec.observe(incumbent, bound, "final")
@@ -369,6 +342,87 @@ class HighsSession:
             status=status_for(termination, has, gap), has_solution=has, incumbent=conv(incumbent),
             bound=conv(bound), gap=gap, warm_start=warm, translate_time=self.translate_time, solve_time=solve_time,
             history=tuple(rec.points), log=log, options=options_record(backend, options))
+
+
+@contextlib.contextmanager
+def highs_callbacks(h, rec: _Recorder, flag: _Interrupt) -> Iterator[None]:
+    """While a highspy ``Highs`` object runs: incumbents and bounds go to ``rec``; a raised ``flag`` stops it."""
+
+    def on_improving(e) -> None:
+        try:
+            rec.observe(e.data_out.objective_function_value, e.data_out.mip_dual_bound, "new incumbent")
+            if flag.requested:
+                e.interrupt()
+        except BaseException as err:  # never let an exception unwind through HiGHS' C++ frames
+            rec.error = err
+
+    def on_poll(e) -> None:
+        try:
+            rec.observe(e.data_out.mip_primal_bound, e.data_out.mip_dual_bound, "")
+            if flag.requested:
+                e.interrupt()
+        except BaseException as err:
+            rec.error = err
+
+    h.cbMipImprovingSolution.subscribe(on_improving)
+    h.cbMipInterrupt.subscribe(on_poll)
+    try:
+        yield
+    finally:
+        h.cbMipImprovingSolution.clear()
+        h.cbMipInterrupt.clear()
+
+
+def highs_outcome(h, flag: _Interrupt) -> tuple[str, bool, float | None, float | None, float | None]:
+    """``(termination, has solution, incumbent, bound, gap)`` of a finished highspy run (model units)."""
+    import highspy
+
+    status = h.getModelStatus()
+    info = h.getInfo()
+    has = info.primal_solution_status == 2
+    termination = h.modelStatusToString(status)
+    if status == highspy.HighsModelStatus.kInterrupt or (
+            flag.requested and has and status != highspy.HighsModelStatus.kOptimal):
+        termination = "Interrupted by user"
+    incumbent = info.objective_function_value if has else None
+    bound = info.mip_dual_bound if info.mip_node_count >= 0 else None
+    gap = info.mip_gap if has and bound is not None and math.isfinite(info.mip_gap) else None
+    return termination, has, incumbent, bound, gap
+
+
+def run_highs(h, options: SolveOptions, *, scale: float = 1.0, start: np.ndarray | None = None,
+              translate_time: float = 0.0) -> MipResult:
+    """One run of a minimisation already passed to the highspy object ``h`` (e.g. built from matrices,
+    without Pyomo) under ``options``, optionally from the MIP start ``start`` (a value per column). The
+    solution's column values are left in ``h.getSolution()``."""
+    import highspy
+
+    backend = BACKENDS["highs"]
+    check_passthrough(backend.name, options.passthrough)
+    t0 = time.perf_counter()
+    warm = "not given"
+    if start is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = np.asarray(start, float).tolist()
+        sol.value_valid = True
+        warm = "unknown" if h.setSolution(sol) == highspy.HighsStatus.kOk else "rejected"
+    values = {"output_flag": False, "time_limit": float(options.time_limit), "mip_rel_gap": float(options.rel_gap),
+              "threads": int(options.threads), "random_seed": int(options.seed), "mip_feasibility_tolerance": 1e-7,
+              **options.passthrough}
+    for key, value in values.items():
+        h.setOptionValue(key, value)
+    flag = _Interrupt()
+    rec = _Recorder(options, scale, t0, flag)
+    with highs_callbacks(h, rec, flag), _sigint_as_flag(flag):
+        h.run()
+    termination, has, incumbent, bound, gap = highs_outcome(h, flag)
+    if has:
+        rec.observe(incumbent, bound, "final")
+    return MipResult(
+        backend=backend.name, version="highs " + h.version(), termination=termination,
+        status=status_for(termination, has, gap), has_solution=has, incumbent=rec._conv(incumbent),
+        bound=rec._conv(bound), gap=gap, warm_start=warm, translate_time=translate_time,
+        solve_time=time.perf_counter() - t0, history=tuple(rec.points), options=options_record(backend, options))
 
 
 def _solve_contrib(model, options: SolveOptions, backend: Backend, warm_start: bool, scale: float) -> MipResult:

@@ -17,6 +17,7 @@ tables of ``problem.original``) and :func:`evaluate_spmd`.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from planmap.sharding.specs import Spec, from_assignment, is_valid, replicated
 from planmap.sharding.strategies import strategy_collectives
 from planmap.sharding.tables import ShardingTables
 
-__all__ = ["SpmdEvaluation", "evaluate_spmd", "propagate", "compress", "tables_for"]
+__all__ = ["SpmdEvaluation", "evaluate_spmd", "Propagation", "propagate", "compress", "tables_for"]
 
 
 def tables_for(problem: Any, mesh: LogicalMesh) -> ShardingTables:
@@ -98,19 +99,68 @@ def _spec_of(t: ShardingTables, u: int, row: int, v: int) -> Spec:
     return from_assignment(t.out_specs[u][row], len(t.shapes[v]))
 
 
+class Propagation:
+    """The default layout (:func:`propagate`) kept up to date while argument specs are set one at a time:
+    setting an argument's spec recomputes only the ops whose operands' specs change, in topological order
+    (the Megatron baseline decides parameter specs in op order, each from the layout so far)."""
+
+    def __init__(self, tables: ShardingTables, overrides: Mapping[int, Spec] | None = None) -> None:
+        t = self.tables = tables
+        self._overrides = dict(overrides or {})
+        self._fixed = {i: row for i in range(t.num_ops)
+                       if (row := _op_row(t, i, self._overrides)) is not None}
+        consumers: list[list[int]] = [[] for _ in range(t.graph.num_values)]
+        for v, i in zip(t.edge_value.tolist(), t.edge_dst.tolist(), strict=True):
+            consumers[v].append(i)
+        self._consumers = consumers
+        self.rows = np.zeros(t.graph.num_values, np.int64)
+        for pos, a in enumerate(t.graph.args):
+            spec = self._overrides.get(a.value, replicated(a.type.rank))
+            self.rows[a.value] = _row(t, t.num_ops + pos, spec, a.value)
+        for i in range(t.num_ops):
+            self.rows[list(t.unit_values(i))] = self._op_row(i)
+
+    def _op_row(self, i: int) -> int:
+        row = self._fixed.get(i)
+        if row is None:
+            own, moves = _local_cost(self.tables, i, self.rows)
+            row = int(self.tables.out_index[i][int(np.argmin(own + moves))])
+        return row
+
+    def set_argument(self, value: int, spec: Spec) -> None:
+        """Give argument ``value`` the spec ``spec`` and update every op downstream of it."""
+        t = self.tables
+        row = _row(t, int(t.value_unit[value]), spec, value)
+        if row == self.rows[value]:
+            return
+        self.rows[value] = row
+        dirty = list(self._consumers[value])
+        heapq.heapify(dirty)
+        done = -1
+        while dirty:
+            i = heapq.heappop(dirty)
+            if i == done:
+                continue
+            done = i
+            vals = t.unit_values(i)
+            row = self._op_row(i)
+            if vals and row != self.rows[vals[0]]:
+                self.rows[list(vals)] = row
+                for v in vals:
+                    for c in self._consumers[v]:
+                        heapq.heappush(dirty, c)
+
+    def spec(self, value: int) -> Spec:
+        return _spec_of(self.tables, int(self.tables.value_unit[value]), int(self.rows[value]), value)
+
+    def specs(self) -> dict[int, Spec]:
+        """Every value's spec."""
+        return {v: self.spec(v) for v in range(self.tables.graph.num_values)}
+
+
 def propagate(tables: ShardingTables, overrides: Mapping[int, Spec] | None = None) -> dict[int, Spec]:
     """The default layout: every value's spec given ``overrides`` ({value id: spec})."""
-    t, overrides = tables, overrides or {}
-    rows = np.zeros(t.graph.num_values, np.int64)
-    for pos, a in enumerate(t.graph.args):
-        rows[a.value] = _row(t, t.num_ops + pos, overrides.get(a.value, replicated(a.type.rank)), a.value)
-    for i in range(t.num_ops):
-        row = _op_row(t, i, overrides)
-        if row is None:
-            own, moves = _local_cost(t, i, rows)
-            row = int(t.out_index[i][int(np.argmin(own + moves))])
-        rows[list(t.unit_values(i))] = row
-    return {v: _spec_of(t, int(t.value_unit[v]), int(rows[v]), v) for v in range(t.graph.num_values)}
+    return Propagation(tables, overrides).specs()
 
 
 def _rows(t: ShardingTables, specs: Mapping[int, Spec]) -> np.ndarray:

@@ -31,6 +31,7 @@ from planmap.graph import OpGraph
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.sharding import LogicalMesh, ShardingTables, Spec, logical_meshes, propagate, replicated
 from planmap.sharding.solution import spmd_solution, tables_cache
+from planmap.sharding.spmd import Propagation
 
 __all__ = ["DataParallel", "FSDP", "Megatron", "data_parallel", "fsdp", "megatron", "meshes_or_raise",
            "BASELINES"]
@@ -155,6 +156,7 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
     size = tables.mesh.axis_sizes[tensor]
     shapes = {a.value: a.type.shape for a in g.args}
     decided: set[int] = set()
+    layout = Propagation(tables, over)  # updated as each parameter's split is decided
     for i in range(g.num_nodes):
         m = g.dim_maps[i] if g.dim_maps is not None else None
         if g.kind[i] != "stablehlo.dot_general" or m is None or len(tables.operands[i]) != 2 or not m.reduced:
@@ -166,22 +168,26 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
             continue
         p, pdims = traced
         decided.add(p)
-        specs = propagate(tables, over)
-        lhs_split = any(tensor in specs[lhs][d] for d in lhs_c)
+        lhs_spec = layout.spec(lhs)
+        lhs_split = any(tensor in lhs_spec[d] for d in lhs_c)
         cands = pdims[: len(rhs_c)] if lhs_split else pdims[len(rhs_c):]
         dim = next((d for d in cands if d >= 0 and shapes[p][d] % size == 0), None)
         if dim is not None:
             over[p] = _split(len(shapes[p]), dim, (tensor,))
+            layout.set_argument(p, over[p])
     return over
 
 
-def megatron(problem: Problem) -> tuple[Solution, Evaluation]:
-    """The best Megatron layout over the meshes with a tensor axis inside a host (see the module doc)."""
+def megatron(problem: Problem, deadline: float | None = None) -> tuple[Solution, Evaluation]:
+    """The best Megatron layout over the meshes with a tensor axis inside a host (see the module doc);
+    with ``deadline`` (a ``time.monotonic()`` instant), the best of the meshes tried by then."""
     t0 = time.perf_counter()
     meshes = meshes_or_raise(problem, "megatron")
     candidates = [m for m in meshes if m.scope[-1] == "intra" and m.num_axes <= 2]
     best: tuple[tuple, Solution, Evaluation] | None = None
     for mesh in candidates:
+        if best is not None and deadline is not None and time.monotonic() >= deadline:
+            break
         tables = tables_cache(problem).get(mesh)
         tensor = mesh.num_axes - 1
         data = 0 if mesh.num_axes == 2 else None

@@ -24,7 +24,7 @@ from ..mip_model import lin as linear
 from ..mip_model import new_model
 from .reduce import Reduced
 
-__all__ = ["ModelData", "model_data", "build_model", "load_start", "read_choice"]
+__all__ = ["ModelData", "model_data", "build_model", "load_start", "read_choice", "start_values"]
 
 TIME_UNIT = 1e-6  # seconds per model time unit (microseconds keep coefficients near 1)
 MEMORY_MARGIN = 1e-6  # share of memory kept free of backend tolerances
@@ -156,24 +156,31 @@ def build_model(red: Reduced, *, data: ModelData | None = None, name: str = "sha
     return m
 
 
-def load_start(m, group_choice: np.ndarray) -> None:
-    """Set every variable of ``m`` to the layout ``group_choice`` (one strategy per group) as a MIP start."""
-    dt: ModelData = m.data
+def start_values(dt: ModelData, group_choice: np.ndarray) -> np.ndarray:
+    """Values of every column (``x``, then ``e``, then ``peak``) in the layout ``group_choice`` (one strategy
+    per group)."""
     red = dt.reduced
-    xv = np.zeros(dt.num_x)
+    col = np.zeros(dt.num_x + dt.num_e + 1)
     for g in dt.free:
-        xv[int(dt.x_off[g]) + int(group_choice[g])] = 1.0
-    ev = np.zeros(dt.num_e)
+        col[int(dt.x_off[g]) + int(group_choice[g])] = 1.0
     for j, mat in enumerate(red.edge_matrix):
         p = int(red.edge_row[j][int(group_choice[red.edge_src[j]])])
         q = int(red.edge_col[j][int(group_choice[red.edge_dst[j]])])
-        ev[int(dt.e_off[j]) + p * mat.shape[1] + q] = 1.0
-    for c in range(dt.num_x):
-        m.x[c].set_value(float(xv[c]))
-    for c in range(dt.num_e):
-        m.e[c].set_value(float(ev[c]))
+        col[dt.num_x + int(dt.e_off[j]) + p * mat.shape[1] + q] = 1.0
     peak = max([float(red.working[g][int(group_choice[g])]) for g in range(red.num_groups)], default=0.0)
-    m.peak.set_value(max(peak, dt.peak_lb) / max(dt.capacity, 1.0) if dt.memory_row else 0.0)
+    col[-1] = max(peak, dt.peak_lb) / max(dt.capacity, 1.0) if dt.memory_row else 0.0
+    return col
+
+
+def load_start(m, group_choice: np.ndarray) -> None:
+    """Set every variable of ``m`` to the layout ``group_choice`` (one strategy per group) as a MIP start."""
+    dt: ModelData = m.data
+    col = start_values(dt, group_choice)
+    for c in range(dt.num_x):
+        m.x[c].set_value(float(col[c]))
+    for c in range(dt.num_e):
+        m.e[c].set_value(float(col[dt.num_x + c]))
+    m.peak.set_value(float(col[-1]))
 
 
 def read_choice(m) -> np.ndarray:

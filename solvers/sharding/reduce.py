@@ -16,8 +16,12 @@ The IP of :mod:`.model` does not read :class:`~planmap.sharding.ShardingTables` 
   of one valid spec, or the cost does not depend on the pairing) is folded into the two groups'
   costs. These keep the optimum exactly: a group with one strategy is then a constant.
 
-Repeated layers are not tied yet: corresponding groups of identical layers each choose their own
-strategy.
+* **repeated layers are tied** (a *stated* restriction, ``tie_layers=True``): the front end's tandem
+  repeats (:func:`planmap.frontend.repeats.tandem_blocks`) of op signatures (kind and strategy set, i.e.
+  shapes and dim maps) give blocks of identical layers; a group whose units
+  correspond one-to-one to those of its counterpart in the first block (same strategy sets) joins it,
+  and arguments consumed at corresponding places (the layers' weights) are tied with them. The answer
+  is then optimal over layouts identical across the repeated layers, and the IP has one layer's columns.
 
 Each group holds, per group strategy ``s``, the strategy of every member (``choice``), and its cost
 (compute + comm of the members + folded edges), additive memory and working set (the members'
@@ -34,7 +38,7 @@ import numpy as np
 
 from planmap.sharding import ShardingTables, reshard_matrix
 
-__all__ = ["Reduced", "reduce_tables", "followers"]
+__all__ = ["Reduced", "reduce_tables", "followers", "layer_ties"]
 
 FOLD_TOL = 1e-12  # relative tolerance for an additive (foldable) edge matrix
 
@@ -164,6 +168,56 @@ def _groups(t: ShardingTables, follow: dict[int, tuple[int, np.ndarray]]):
     return group_of, [np.asarray(m, np.int64) for m in members], [np.stack(c) for c in choice]
 
 
+# ------------------------------------------------------------------------------------- repeated layers
+def layer_ties(t: ShardingTables) -> tuple[dict[int, int], int, int]:
+    """``({unit: its counterpart in the first block}, repeats, blocks)`` of the tandem repeats of ``t``'s ops;
+    arguments consumed at corresponding places (same operand position, same strategy set) are tied too."""
+    from planmap.frontend.repeats import tandem_blocks
+
+    ids: dict[tuple, int] = {}
+    sig = [ids.setdefault((t.graph.kind[i], id(t.sets[i])), len(ids)) for i in range(t.num_ops)]
+    ties: dict[int, int] = {}
+    repeats = tandem_blocks(sig)
+    for blocks in repeats:
+        s0 = blocks[0][0]
+        for start, end in blocks[1:]:
+            for j in range(end - start):
+                u, u0 = start + j, s0 + j
+                if t.sets[u] is not t.sets[u0]:
+                    continue
+                ties[u] = u0
+                for v, v0 in zip(t.operands[u], t.operands[u0], strict=True):
+                    a, a0 = int(t.value_unit[v]), int(t.value_unit[v0])
+                    if a >= t.num_ops and a0 >= t.num_ops and a != a0 and t.sets[a] is t.sets[a0]:
+                        ties.setdefault(a, ties.get(a0, a0))
+    return ties, len(repeats), sum(len(b) for b in repeats)
+
+
+def _tie(ties: dict[int, int], group_of: np.ndarray, members: list[np.ndarray], choice: list[np.ndarray]):
+    """Merge each group into its first-block counterpart's when their units correspond one-to-one."""
+    cls = np.arange(len(members))
+    for gi, mem in enumerate(members):
+        anchor = ties.get(int(mem[0]))
+        if anchor is None:
+            continue
+        g0 = int(cls[group_of[anchor]])
+        first = members[g0]
+        if g0 != gi and len(first) == len(mem) and all(
+                ties.get(int(u)) == int(u0) for u, u0 in zip(mem, first, strict=True)):
+            cls[gi] = g0
+    keep = np.flatnonzero(cls == np.arange(len(members)))
+    new_id = np.full(len(members), -1, np.int64)
+    new_id[keep] = np.arange(len(keep))
+    merged_m = {int(g): [members[g]] for g in keep}
+    merged_c = {int(g): [choice[g]] for g in keep}
+    for gi in np.flatnonzero(cls != np.arange(len(members))).tolist():
+        merged_m[int(cls[gi])].append(members[gi])
+        merged_c[int(cls[gi])].append(choice[gi])
+    out_members = [np.concatenate(merged_m[int(g)]) for g in keep]
+    out_choice = [np.concatenate(merged_c[int(g)]) for g in keep]
+    return new_id[cls[group_of]], out_members, out_choice, len(members) - len(keep)
+
+
 def _dedup_rows(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(distinct rows in first-seen order, row of each original row); hashing bytes beats np.unique(axis=0)."""
     seen: dict[bytes, int] = {}
@@ -194,11 +248,21 @@ def _additive(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return None
 
 
-def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, split_axes: bool = True) -> Reduced:
+def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, split_axes: bool = True,
+                  tie_layers: bool = False) -> Reduced:
     """The reduced decision space of ``t`` (see the module doc); ``merge_followers=False`` keeps every unit
-    its own group (only the exact rewrites apply); ``split_axes=False`` keeps every edge matrix whole."""
+    its own group (only the exact rewrites apply); ``split_axes=False`` keeps every edge matrix whole;
+    ``tie_layers=True`` gives corresponding groups of repeated layers one strategy."""
     follow = followers(t) if merge_followers else {}
     group_of, members, choice = _groups(t, follow)
+    notes = []
+    if tie_layers:
+        ties, repeats, blocks = layer_ties(t)
+        group_of, members, choice, tied = _tie(ties, group_of, members, choice)
+        if tied:
+            notes.append(f"repeated layers tied ({repeats} repeats, {blocks} blocks, {tied} groups take their "
+                         "first-block counterpart's strategy): optimal over layouts identical across the "
+                         "repeated layers")
     G = len(members)
     cost = [sum(t.compute[u][ch] + t.comm[u][ch] for u, ch in zip(mem, cho, strict=True))
             for mem, cho in zip(members, choice, strict=True)]
@@ -237,9 +301,8 @@ def reduce_tables(t: ShardingTables, *, merge_followers: bool = True, split_axes
             em.append(mat)
             er.append(row)
             ec.append(col)
-    notes = []
     if follow:
-        notes.append(f"followers merged ({len(follow)} ops run in their producer's layout)")
+        notes.insert(0, f"followers merged ({len(follow)} ops run in their producer's layout)")
     const = sum(1 for c in cost if len(c) == 1)
     notes.append(f"{const} of {G} groups have one strategy (constants); {internal} edges inside groups, "
                  f"{folded} additive edges folded into costs, {len(em)} edges modelled")
@@ -265,9 +328,15 @@ def _merge_two(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
 
 def _merge_parallel(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list:
     """Parallel edges (or axis parts) between two groups, merged pairwise whenever the merged matrix is
-    no larger than the two it replaces (same or nested row and column partitions)."""
+    no larger than the two it replaces (same or nested row and column partitions). Parts with the same
+    row and column maps (tied layers' copies of one edge) are summed first."""
+    same: dict[tuple[bytes, bytes], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for mat, row, col in parts:
+        key = (row.tobytes(), col.tobytes())
+        have = same.get(key)
+        same[key] = (mat, row, col) if have is None else (have[0] + mat, row, col)
     out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for part in parts:
+    for part in same.values():
         for j, have in enumerate(out):
             if _pairs(have[1], part[1]) * _pairs(have[2], part[2]) <= have[0].size + part[0].size:
                 out[j] = _merge_two([have, part])

@@ -12,18 +12,19 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import time
-from dataclasses import replace
 
 from planmap.errors import SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.sharding.solution import layout_of as solution_layout
-from planmap.sharding.solution import spmd_solution
+from planmap.sharding.solution import solution_mesh, spmd_solution
 from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_raise
 
 __all__ = ["Sharding"]
 
 IP_MODULE = "planmap.solvers.sharding.ip"
+MIN_IP_TIME = 1.0  # seconds left after the baselines for the IP to be started
+FINISH_SHARE = 0.05  # of the time limit, kept after the IP for evaluating and writing its answer
 
 
 def _ip_module() -> tuple[object | None, str]:
@@ -44,25 +45,36 @@ class Sharding:
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
+        deadline = time.monotonic() + float(options.time_limit)
         meshes_or_raise(problem, "sharding")
         found: list[tuple[tuple, int, Solution]] = []
         skipped: list[str] = []
-        for name, build in BASELINES:
+        slowest = 0.0  # the longest baseline so far: the next one starts only if that much time is left
+        for name, build in BASELINES:  # fast (one propagation per mesh): the anytime answer
+            if found and time.monotonic() + slowest >= deadline:
+                skipped.append(f"{name}: no time left")
+                continue
+            t_b = time.monotonic()
             try:
-                sol, ev = build(problem)
+                sol, ev = build(problem, deadline=deadline) if name == "megatron" else build(problem)
             except SolverUnavailableError as e:
                 skipped.append(f"{name}: {e}")
                 continue
+            finally:
+                slowest = max(slowest, time.monotonic() - t_b)
             found.append(((not ev.feasible, ev.objective), len(found), sol))
         ip, why_not = _ip_module()
-        if ip is not None:
-            left = max(options.time_limit - (time.perf_counter() - t0), 1e-3)
-            ip_sol = _ip_answer(ip, problem, replace(options, time_limit=left), [f[2] for f in sorted(found)])
+        if ip is not None and (not found or deadline - time.monotonic() > MIN_IP_TIME):
+            # the answer's evaluation and plan assembly come after the IP: keep 5 % for them
+            ip_end = deadline - FINISH_SHARE * float(options.time_limit)
+            ip_sol = _ip_answer(ip, problem, options, ip_end, [f[2] for f in sorted(found)])
             if ip_sol is not None:
                 ev = evaluate(problem, ip_sol)
                 proven = ip_sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED)
                 # the IP's proof covers the baselines, so on a tie its answer (and certificate) wins
                 found.append(((not ev.feasible, ev.objective * (1 - 1e-9 if proven else 1)), -1, ip_sol))
+        elif ip is not None:
+            why_not = "no time left for the sharding IP"
         if not found:
             raise SolverUnavailableError(f"sharding found no SPMD layout for {problem.name}: " + "; ".join(skipped))
         best = min(found, key=lambda f: f[:2])[2]
@@ -72,31 +84,37 @@ class Sharding:
         return best.with_certificate(wall_time=time.perf_counter() - t0, message=note)
 
 
-def _ip_answer(ip, problem: Problem, options: SolveOptions, starts: list[Solution]) -> Solution | None:
-    """The sharding IP over every logical mesh, warm-started per mesh from the best baseline on it, as a
-    Solution whose certificate covers every mesh (a skipped mesh's lower bound already loses)."""
+def _ip_answer(ip, problem: Problem, options: SolveOptions, deadline: float, starts: list[Solution]) -> Solution | None:
+    """The sharding IP over every logical mesh by ``deadline`` (``time.monotonic()``), warm-started per mesh
+    from the best baseline on it, as a Solution whose certificate covers every mesh (a mesh skipped by
+    its lower bound already loses; one the deadline left out leaves the answer unproven)."""
     warm: dict[tuple, dict] = {}
-    for sol in starts:  # best first: the first layout per mesh wins
-        tables, layout = solution_layout(problem, sol)
-        warm.setdefault(tables.mesh.key, layout)
-    found = ip.solve_all(problem, options, warm_starts=warm)
+    for sol in starts:  # best first: the first layout per mesh wins (and only it is expanded)
+        if solution_mesh(problem, sol).key not in warm:
+            tables, layout = solution_layout(problem, sol)
+            warm[tables.mesh.key] = layout
+    found = ip.solve_all(problem, options, warm_starts=warm, deadline=deadline)
     best = found.best
     if best is None or best.specs is None:
         return None
     mb = best.tables.microbatches
     statuses = {a.status for a in found.meshes}
-    if statuses <= {Status.OPTIMAL}:
+    if any(lb < best.objective * (1 - options.rel_gap) for _, lb in found.skipped):
+        status = Status.TIME_LIMIT  # a mesh the deadline left out might still win
+    elif statuses <= {Status.OPTIMAL}:
         status = Status.OPTIMAL
     elif statuses <= {Status.OPTIMAL, Status.GAP_REACHED}:
         status = Status.GAP_REACHED
     else:
         status = Status.TIME_LIMIT
-    bounds = [a.bound if a.bound is not None else 0.0 for a in found.meshes] + [lb for _, lb in found.skipped]
+    before = found.lower_bounds  # a mesh whose MIP proved no bound keeps the one it was ordered by
+    bounds = [max(a.bound or 0.0, before.get(a.mesh.shape, 0.0)) for a in found.meshes] + [
+        lb for _, lb in found.skipped]
     bound = min(bounds) / mb if bounds else None
     solved = ", ".join(f"{a.mesh.shape} {a.status or 'no answer'}" for a in found.meshes)
     skipped = ", ".join(f"{shape} (bound {lb * 1e3:.4g} ms)" for shape, lb in found.skipped)
     message = (f"{best.certificate_text()}; meshes solved: {solved}"
-               + (f"; skipped by bound: {skipped}" if skipped else ""))
+               + (f"; not solved (lower bound no better, or no time left): {skipped}" if skipped else ""))
     cert = Certificate(status=status, solver="sharding", objective=best.objective / mb, bound=bound,
                        version=VERSION, backend=options.backend, message=message,
                        options={"time_limit": options.time_limit, "rel_gap": options.rel_gap})

@@ -154,3 +154,57 @@ def test_warm_start_is_accepted_and_never_beaten_by_a_worse_answer(tmp_path):
     assert ans.objective <= evaluate_spmd(t, dp).step_time * (1 + 1e-9)
     quick = solve_mesh(t, SolveOptions(time_limit=1e-3), warm_start=dp)  # stops before improving on the start
     assert quick.objective <= evaluate_spmd(t, dp).step_time * (1 + 1e-9)
+
+
+def test_matrix_model_is_the_pyomo_model(tmp_path):
+    """The matrices handed to HiGHS directly have the Pyomo model's rows, columns and optimum (memory rows
+    binding: parameters must be split to fit)."""
+    from planmap.solvers import mip
+    from planmap.solvers.sharding.ip import _count
+    from planmap.solvers.sharding.matrix import satisfies, solve_sparse, sparse_model, start_vector
+    from planmap.solvers.sharding.model import build_model, model_data, read_choice
+    from planmap.solvers.sharding.reduce import reduce_tables
+
+    g = mlp_step(tmp_path, batch=32, hidden=256, layers=2)
+    t = tables_on(g, "h100-1x8", [0, 1, 2, 3], axes=1, capacity=1.2e6)
+    red = reduce_tables(t)
+    data = model_data(red)
+    assert data.memory_row
+    model = build_model(red, data=data)
+    sm = sparse_model(data)
+    assert (sm.num_rows, sm.num_cols) == (_count(model, "Constraint"), _count(model, "Var"))
+    ref = mip.solve_model(model, OPTS, scale=model.time_unit)
+    res, col = solve_sparse(sm, OPTS)
+    assert res.status == ref.status == Status.OPTIMAL
+    assert res.incumbent == pytest.approx(ref.incumbent, rel=1e-7)
+    # the Pyomo optimum, as a start vector, satisfies the matrices (same rows, not just the same optimum)
+    assert satisfies(sm, start_vector(sm, read_choice(model)))
+    assert satisfies(sm, col)
+
+
+def test_repeated_layers_tied_give_one_layers_columns_and_a_stated_restriction(tmp_path):
+    """Tying the layers of a 6-layer MLP step makes corresponding ops share one strategy and shrinks the IP;
+    the tied optimum is a layout of the full space (never below the full optimum) and equals it when the
+    best layout is the same in every layer (data parallel, batch-dominated)."""
+    from planmap.solvers.sharding.reduce import layer_ties, reduce_tables
+
+    g = mlp_step(tmp_path, batch=4096, hidden=256, layers=6)
+    t = tables_on(g, "h100-1x8", [0, 1, 2, 3], axes=1)
+    ties, repeats, blocks = layer_ties(t)
+    assert repeats >= 1 and blocks >= 4 and ties
+    free, tied = reduce_tables(t), reduce_tables(t, tie_layers=True)
+    assert tied.num_groups < free.num_groups
+    assert any("identical across the repeated layers" in n for n in tied.notes)
+    full = solve_mesh(t, OPTS, reduced=free)
+    one = solve_mesh(t, OPTS, reduced=tied)
+    assert one.status == full.status == Status.OPTIMAL and one.columns < full.columns
+    assert one.objective == pytest.approx(full.objective, rel=1e-9)
+    assert "identical across the repeated layers" in one.certificate_text()
+    for u, u0 in ties.items():
+        if tied.group_of[u] == tied.group_of[u0]:
+            assert one.strategies[u] == one.strategies[u0]
+    # weight-dominated: the tied optimum is a feasible layout, never better than the full one
+    t2 = tables_on(mlp_step(tmp_path, batch=32, hidden=512, layers=6), "h100-1x8", [0, 1, 2, 3], axes=1)
+    a, b = solve_mesh(t2, OPTS), solve_mesh(t2, OPTS, reduced=reduce_tables(t2, tie_layers=True))
+    assert b.objective >= a.objective * (1 - 1e-9)
+    assert evaluate_spmd(t2, b.specs).step_time == pytest.approx(b.objective, rel=1e-12)
