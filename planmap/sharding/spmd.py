@@ -72,7 +72,14 @@ def _local_cost(t: ShardingTables, i: int, rows: np.ndarray) -> tuple[np.ndarray
     for e in range(int(t.edge_ptr[i]), int(t.edge_ptr[i + 1])):
         k, v = int(t.edge_pos[e]), int(t.edge_value[e])
         moves = moves + t.edge_matrix[e][rows[v], t.in_index[i][k]]
+    for v in t.unit_values(i):
+        if v in t.grad_edge:
+            moves = moves + t.edge_matrix[t.grad_edge[v]][t.out_index[i], rows[_param_value(t, v)]]
     return own, moves
+
+
+def _param_value(t: ShardingTables, grad: int) -> int:
+    return t.unit_values(t.grad_param[grad])[0]
 
 
 def _row(t: ShardingTables, u: int, spec: Spec, v: int) -> int:
@@ -172,6 +179,11 @@ def evaluate_spmd(tables: ShardingTables, value_specs: Mapping[int, Spec]) -> Sp
             p_asg, q_asg = t.out_specs[src][rows[v]], t.sets[i].inputs[k][s]
             for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
                 coll[(kind, axes, round(b))] += 1
+        for v in vals:
+            if v in t.grad_param:  # the gradient ends in its parameter's layout
+                p_asg, q_asg = t.out_specs[i][rows[v]], t.out_specs[t.grad_param[v]][rows[_param_value(t, v)]]
+                for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
+                    coll[(kind, axes, round(b))] += 1
     params = data = 0.0
     for pos, a in enumerate(t.graph.args):
         u = n + pos

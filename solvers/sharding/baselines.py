@@ -80,9 +80,34 @@ def _replicated_closure(tables: ShardingTables, overrides: dict[int, Spec]) -> d
     return out
 
 
+def gradient_layouts(tables: ShardingTables, overrides: dict[int, Spec]) -> dict[int, Spec]:
+    """``overrides`` plus, in training, every parameter gradient in its parameter's layout, carried back
+    through the pass-through ops (transposes, reshapes, converts) that produce it: the op computing the
+    gradient then reduces it straight into that layout (an all-reduce for a replicated parameter), as
+    XLA does, instead of reduce-scattering it and gathering it again, which the greedy default layout
+    would choose one op at a time."""
+    g, out = tables.graph, dict(overrides)
+    for v, u in tables.grad_param.items():
+        p = tables.unit_values(u)[0]
+        spec = overrides.get(p, replicated(len(tables.shapes[p])))
+        while v not in out:
+            out[v] = spec
+            node = int(g.value_node[v])
+            m = g.dim_maps[node] if g.dim_maps is not None else None
+            if (g.kind[node] not in _PASS_THROUGH or m is None or len(tables.operands[node]) != 1
+                    or sorted(m.operands[0]) != list(range(len(spec)))):
+                break
+            v = tables.operands[node][0]
+            spec = tuple(spec[d] for d in m.operands[0])
+            if int(g.value_node[v]) < 0:
+                break
+    return out
+
+
 def _finish(problem: Problem, tables: ShardingTables, overrides: dict[int, Spec], name: str,
             t0: float) -> tuple[Solution, Evaluation]:
-    sol = spmd_solution(problem, tables, propagate(tables, _replicated_closure(tables, overrides)),
+    layout = _replicated_closure(tables, gradient_layouts(tables, overrides))
+    sol = spmd_solution(problem, tables, propagate(tables, layout),
                         Certificate(Status.HEURISTIC, name, version=VERSION))
     ev = evaluate(problem, sol)
     return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0), ev

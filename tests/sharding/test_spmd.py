@@ -47,13 +47,14 @@ def test_data_parallel_vs_megatron_training_ordering_flips(batch, hidden, winner
     dp, meg = evaluate_spmd(t, dp_specs), evaluate_spmd(t, meg_specs)
     assert (dp.step_time < meg.step_time) == (winner == "dp")
     # the winner runs as designed: data parallel all-reduces the two weight gradients, Megatron the
-    # forward output y and the backward input gradient dx; the loser finds all-gathers cheaper
+    # forward output y and the backward input gradient dx (as XLA would: partial sums all-reduced,
+    # never an operand gathered along the dim an op reduces)
     if winner == "dp":
         assert dp.collectives == (("all-reduce", (0,), hidden * d * 4, 2),) and dp.reshard == 0
-        assert meg.count("all-reduce") == 0 and meg.count("all-gather") > 0
     else:
         assert meg.collectives == (("all-reduce", (0,), batch * d * 4, 2),) and meg.reshard == 0
-        assert dp.count("all-reduce") == 0 and dp.count("all-gather") > 0
+    loser = meg if winner == "dp" else dp
+    assert loser.count("all-reduce") + loser.count("all-gather") > 0
     # training memory: sgd keeps weights + gradients; Megatron splits both
     weights = 2 * d * hidden * 4
     assert dp.memory_parts["params"] == 2 * weights and meg.memory_parts["params"] == 2 * weights / 4
