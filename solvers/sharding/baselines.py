@@ -86,21 +86,38 @@ def gradient_layouts(tables: ShardingTables, overrides: dict[int, Spec]) -> dict
     gradient then reduces it straight into that layout (an all-reduce for a replicated parameter), as
     XLA does, instead of reduce-scattering it and gathering it again, which the greedy default layout
     would choose one op at a time."""
-    g, out = tables.graph, dict(overrides)
+    out = dict(overrides)
     for v, u in tables.grad_param.items():
         p = tables.unit_values(u)[0]
-        spec = overrides.get(p, replicated(len(tables.shapes[p])))
-        while v not in out:
-            out[v] = spec
-            node = int(g.value_node[v])
-            m = g.dim_maps[node] if g.dim_maps is not None else None
-            if (g.kind[node] not in _PASS_THROUGH or m is None or len(tables.operands[node]) != 1
-                    or sorted(m.operands[0]) != list(range(len(spec)))):
-                break
-            v = tables.operands[node][0]
-            spec = tuple(spec[d] for d in m.operands[0])
-            if int(g.value_node[v]) < 0:
-                break
+        todo = [(v, overrides.get(p, replicated(len(tables.shapes[p]))))]
+        while todo:
+            v, spec = todo.pop()
+            if v not in out:
+                out[v] = spec
+                todo += _specs_upstream(tables, v, spec)
+    return out
+
+
+def _specs_upstream(tables: ShardingTables, v: int, spec: Spec) -> list[tuple[int, Spec]]:
+    """The (operand, spec) pairs from which the op defining ``v`` computes ``spec`` locally: it reduces
+    nothing over its non-scalar operands and every split result dim comes from a dim of each of them
+    (elementwise ops, reshapes, transposes, converts, size-1 reductions); [] where the chain stops (at
+    the op that reduces the gradient, at arguments)."""
+    g = tables.graph
+    node = int(g.value_node[v])
+    m = g.dim_maps[node] if node >= 0 and g.dim_maps is not None else None
+    if m is None:
+        return []
+    ks = [k for k, w in enumerate(tables.operands[node]) if tables.shapes[w]]
+    if any(slot[k] >= 0 for slot in m.reduced for k in ks if k < len(slot)):
+        return []
+    out = []
+    for k in ks:
+        dims, w = m.operands[k], tables.operands[node][k]
+        if any(axes and d not in dims for d, axes in enumerate(spec)):
+            return []
+        if int(g.value_node[w]) >= 0:
+            out.append((w, tuple(spec[d] if d >= 0 else () for d in dims)))
     return out
 
 
