@@ -208,12 +208,60 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
             continue
         p, pdims = traced
         decided.add(p)
-        specs = propagate(tables, over)
+        specs = propagate(tables, _tensor_only_downstream(tables, dict(over), tensor))
         lhs_split = any(tensor in specs[lhs][d] for d in lhs_c)
         cands = pdims[: len(rhs_c)] if lhs_split else pdims[len(rhs_c):]
         dim = next((d for d in cands if d >= 0 and shapes[p][d] % size == 0), None)
         if dim is not None:
             over[p] = _split(len(shapes[p]), dim, (tensor,))
+            if lhs_split:  # row parallel: the partial sums are all-reduced (before the next layer reads them)
+                res = tables.unit_values(i)[0]
+                over[res] = _without(propagate(tables, over)[res], tensor)
+    over = _all_reduce_partial_sums(tables, gradient_layouts(tables, over), tensor)
+    return _tensor_only_downstream(tables, over, tensor)
+
+
+def _without(spec: Spec, axis: int) -> Spec:
+    return tuple(tuple(a for a in dim if a != axis) for dim in spec)
+
+
+def _all_reduce_partial_sums(tables: ShardingTables, over: dict[int, Spec], tensor: int) -> dict[int, Spec]:
+    """Megatron's activations: a dot_general that contracts a dim split over ``tensor`` (the row-parallel
+    layer forward, the column-parallel layer's input gradient backward) all-reduces its partial sums into
+    a result not split over ``tensor``; the greedy default would reduce-scatter them and gather later."""
+    g = tables.graph
+    specs = propagate(tables, over)
+    for i in range(g.num_nodes):
+        m = g.dim_maps[i] if g.dim_maps is not None else None
+        vals = tables.unit_values(i)
+        if g.kind[i] != "stablehlo.dot_general" or m is None or not m.reduced or not vals or vals[0] in over \
+                or vals[0] in tables.grad_param:
+            continue
+        if any(tensor in specs[v][slot[k]] for slot in m.reduced
+               for k, v in enumerate(tables.operands[i]) if k < len(slot) and slot[k] >= 0):
+            over[vals[0]] = _without(specs[vals[0]], tensor)
+            specs = propagate(tables, over)
+    return over
+
+
+def _tensor_only_downstream(tables: ShardingTables, over: dict[int, Spec], tensor: int,
+                            rounds: int = 8) -> dict[int, Spec]:
+    """Keep the ``tensor`` axis on the values computed from tensor-split values only: an op whose operands
+    are all free of it (after a row-parallel all-reduce, the loss, the gradient flowing back into it)
+    runs unsplit over ``tensor`` as XLA propagates it, not split to divide a few elementwise ops' work."""
+    g = tables.graph
+    for _ in range(rounds):
+        specs = propagate(tables, over)
+        changed = False
+        for i in range(g.num_nodes):
+            vals = tables.unit_values(i)
+            if not vals or vals[0] in over or any(any(tensor in d for d in specs[v]) for v in tables.operands[i]):
+                continue
+            if any(tensor in d for d in specs[vals[0]]):
+                over[vals[0]] = _without(specs[vals[0]], tensor)
+                changed = True
+        if not changed:
+            break
     return over
 
 
