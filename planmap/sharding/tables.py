@@ -98,10 +98,12 @@ UNLIKE_XLA = 1.0  # seconds added to a reshard XLA's partitioner would not do (s
 
 
 def _keep_partial_sums(mat: np.ndarray, producer: np.ndarray, required: np.ndarray, dm: Any, k: int) -> np.ndarray:
-    """``mat`` with :data:`UNLIKE_XLA` added where the consumer would gather (or move) a dim it reduces
-    over. XLA's SPMD partitioner keeps an operand split along a contracted/reduced dim and all-reduces
-    the partial results instead; the model must not plan a gather there that the compiled program
-    would not do (its step time would be right, its collectives not)."""
+    """``mat`` with :data:`UNLIKE_XLA` added where a reduction of one tensor (``reduce``; scalar operands
+    aside) would gather (or move) a dim it reduces over. XLA's SPMD partitioner reduces the local part
+    and all-reduces the partial results instead; the model must not plan a gather there that the
+    compiled program would not do (its step time would be right, its collectives not). Ops of several
+    tensors (dot_general) are left alone: there XLA does gather an operand whose split conflicts with
+    the other's (FSDP's weights)."""
     if dm is None or not dm.reduced:
         return mat
     dims = [slot[k] for slot in dm.reduced if k < len(slot) and slot[k] >= 0]
@@ -217,7 +219,8 @@ class ShardingTables:
                 ed.append(i)
                 ep.append(k)
                 mat = cache.matrix(shapes[v], float(graph.value_bytes[v]), outs[src][0], ins[i][k][0])
-                em.append(_keep_partial_sums(mat, outs[src][0], ins[i][k][0], dim_maps[i], k))
+                lone = sum(1 for w in operands[i] if shapes[w]) == 1
+                em.append(_keep_partial_sums(mat, outs[src][0], ins[i][k][0], dim_maps[i], k) if lone else mat)
             ptr.append(len(ev))
         for pos in range(len(graph.args)):  # an argument "requires" its own layout of its gradient
             ins[n + pos] = (outs[n + pos],)

@@ -1,8 +1,11 @@
-"""Predicted collectives equal the compiled HLO's: the data-parallel layout of an exported N-layer MLP
+"""Predicted collectives equal the compiled HLO's on the classic layouts of an exported N-layer MLP
 training step on a 1-D 4-device mesh, compiled by XLA on fake CPU devices (XLA_FLAGS device count 8).
 
-Data parallel: weights replicated, every weight gradient all-reduced once (in its parameter's layout,
-not reduce-scattered), the mean loss all-reduced once (partial sums, not its operand gathered)."""
+* Data parallel: weights replicated, every weight gradient all-reduced once (in its parameter's layout,
+  not reduce-scattered), the mean loss all-reduced once (partial sums, not its operand gathered).
+* Megatron: weights alternately column- and row-split; the activations are all-reduced after every
+  row-parallel layer forward and before every column-parallel layer but the first backward (the step
+  needs no input gradient), and nothing else moves: weights and their gradients stay split."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from planmap import frontend
 from planmap.cluster import Topology
 from planmap.problem import Problem
 from planmap.runtime.collectives import compiled_collectives, summarise
-from planmap.solvers.sharding.baselines import data_parallel
+from planmap.solvers.sharding.baselines import data_parallel, megatron
 from planmap.spec.loader import load_cluster
 from tests.sharding.graphs import ROOT
 
@@ -67,4 +70,18 @@ def test_data_parallel_training_step_collectives_equal_the_compiled_hlo(tmp_path
     hlo = summarise(compiled_collectives(problem, sol, artifact, tmp_path))
     grads = hidden * hidden * 4
     assert predicted(ev) == {("all-reduce", 4): 1, ("all-reduce", grads): layers}
+    assert hlo == predicted(ev)
+
+
+@pytest.mark.filterwarnings("ignore:.*UNCHECKED plan")
+def test_megatron_training_step_collectives_equal_the_compiled_hlo(tmp_path):
+    layers, batch, hidden = 4, 256, 256
+    artifact = mlp_step(tmp_path / "mlp.mlir", layers, batch, hidden)
+    problem = Problem.from_graph(frontend.load_model(artifact), four_gpus(tmp_path), mode="training")
+    sol, ev = megatron(problem)
+    assert dict(sol.shardings.mesh_axes) == {"tensor": 4}
+    assert [sol.shardings.args.get(i) for i in range(layers)] == [(None, "tensor"), ("tensor", None)] * (layers // 2)
+    hlo = summarise(compiled_collectives(problem, sol, artifact, tmp_path))
+    activation = batch * hidden * 4
+    assert predicted(ev) == {("all-reduce", activation): layers // 2 + layers // 2 - 1}
     assert hlo == predicted(ev)
