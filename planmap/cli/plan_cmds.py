@@ -247,6 +247,13 @@ def explain(
     solution = plan_mod.to_solution(problem, loaded.document)
     ev = evaluate(problem, solution)
     _summary(problem, solution, ev, None, 0.0)
+    if ev.spmd is not None:
+        from planmap.sharding.solution import solution_mesh
+        from planmap.sharding.summary import spmd_lines
+
+        names = tuple(n for n, _ in solution.shardings.mesh_axes)
+        for line in spmd_lines(solution_mesh(problem, solution), names, ev.spmd):
+            out.print(line)
     if png is not None:
         from planmap.explain import draw
 
