@@ -208,7 +208,7 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
             continue
         p, pdims = traced
         decided.add(p)
-        specs = propagate(tables, _tensor_only_downstream(tables, dict(over), tensor))
+        specs = propagate(tables, _tensor_only_downstream(tables, dict(over), tensor, rounds=2))
         lhs_split = any(tensor in specs[lhs][d] for d in lhs_c)
         cands = pdims[: len(rhs_c)] if lhs_split else pdims[len(rhs_c):]
         dim = next((d for d in cands if d >= 0 and shapes[p][d] % size == 0), None)
@@ -225,22 +225,28 @@ def _without(spec: Spec, axis: int) -> Spec:
     return tuple(tuple(a for a in dim if a != axis) for dim in spec)
 
 
-def _all_reduce_partial_sums(tables: ShardingTables, over: dict[int, Spec], tensor: int) -> dict[int, Spec]:
+def _all_reduce_partial_sums(tables: ShardingTables, over: dict[int, Spec], tensor: int,
+                             rounds: int = 4) -> dict[int, Spec]:
     """Megatron's activations: a dot_general that contracts a dim split over ``tensor`` (the row-parallel
     layer forward, the column-parallel layer's input gradient backward) all-reduces its partial sums into
-    a result not split over ``tensor``; the greedy default would reduce-scatter them and gather later."""
+    a result not split over ``tensor``; the greedy default would reduce-scatter them and gather later.
+    Pinned a round at a time (one propagation per round) until no such dot is left."""
     g = tables.graph
-    specs = propagate(tables, over)
-    for i in range(g.num_nodes):
-        m = g.dim_maps[i] if g.dim_maps is not None else None
-        vals = tables.unit_values(i)
-        if g.kind[i] != "stablehlo.dot_general" or m is None or not m.reduced or not vals or vals[0] in over \
-                or vals[0] in tables.grad_param:
-            continue
-        if any(tensor in specs[v][slot[k]] for slot in m.reduced
-               for k, v in enumerate(tables.operands[i]) if k < len(slot) and slot[k] >= 0):
-            over[vals[0]] = _without(specs[vals[0]], tensor)
-            specs = propagate(tables, over)
+    dots = [i for i in range(g.num_nodes) if g.kind[i] == "stablehlo.dot_general" and g.dim_maps is not None
+            and g.dim_maps[i] is not None and g.dim_maps[i].reduced and tables.unit_values(i)]
+    for _ in range(rounds):
+        specs = propagate(tables, over)
+        pinned = False
+        for i in dots:
+            res, m = tables.unit_values(i)[0], g.dim_maps[i]
+            if res in over or res in tables.grad_param:
+                continue
+            if any(tensor in specs[v][slot[k]] for slot in m.reduced
+                   for k, v in enumerate(tables.operands[i]) if k < len(slot) and slot[k] >= 0):
+                over[res] = _without(specs[res], tensor)
+                pinned = True
+        if not pinned:
+            break
     return over
 
 
