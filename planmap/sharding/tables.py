@@ -156,6 +156,7 @@ class ShardingTables:
     stats: dict[str, Any]
     grad_param: dict[int, int] = field(default_factory=dict)  # training: gradient value -> its parameter's unit
     grad_edge: dict[int, int] = field(default_factory=dict)  # training: gradient value -> its edge to the parameter
+    optimizer: str = "adam"
 
     # ---------------------------------------------------------------------------------- build
     @classmethod
@@ -245,7 +246,8 @@ class ShardingTables:
                    tuple(tuple(ro(x[0]) for x in k) for k in ins), tuple(tuple(ro(x[1]) for x in k) for k in ins),
                    memory, working, ro(np.asarray(ev, np.int64)), ro(np.asarray(es, np.int64)),
                    ro(np.asarray(ed, np.int64)), ro(np.asarray(ep, np.int64)), tuple(em),
-                   ro(np.asarray(ptr, np.int64)), stats, grad_param=grad_param, grad_edge=grad_edge)
+                   ro(np.asarray(ptr, np.int64)), stats, grad_param=grad_param, grad_edge=grad_edge,
+                   optimizer=optimizer)
 
     @classmethod
     def from_problem(cls, problem: Any, mesh: LogicalMesh) -> ShardingTables:
