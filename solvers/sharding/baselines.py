@@ -208,7 +208,7 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
             continue
         p, pdims = traced
         decided.add(p)
-        specs = propagate(tables, _tensor_only_downstream(tables, dict(over), tensor, rounds=2))
+        specs = propagate(tables, _tensor_only_downstream(tables, _replicated_closure(tables, over), tensor, rounds=2))
         lhs_split = any(tensor in specs[lhs][d] for d in lhs_c)
         cands = pdims[: len(rhs_c)] if lhs_split else pdims[len(rhs_c):]
         dim = next((d for d in cands if d >= 0 and shapes[p][d] % size == 0), None)
@@ -217,7 +217,7 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
             if lhs_split:  # row parallel: the partial sums are all-reduced (before the next layer reads them)
                 res = tables.unit_values(i)[0]
                 over[res] = _without(propagate(tables, over)[res], tensor)
-    over = _all_reduce_partial_sums(tables, gradient_layouts(tables, over), tensor)
+    over = _all_reduce_partial_sums(tables, _replicated_closure(tables, gradient_layouts(tables, over)), tensor)
     return _tensor_only_downstream(tables, over, tensor)
 
 
