@@ -123,6 +123,12 @@ def explain(
     solution = plan_mod.to_solution(problem, loaded.document)
     ev = evaluate(problem, solution)
     data = summary_data(problem, solution, ev, loaded.document, plan_path=None, wall=None)
+    if ev.spmd is not None:
+        from planmap.sharding.solution import solution_mesh
+        from planmap.sharding.summary import spmd_lines
+
+        names = tuple(n for n, _ in solution.shardings.mesh_axes)
+        data["sharding"] = list(spmd_lines(solution_mesh(problem, solution), names, ev.spmd))
     if png is not None:
         from planmap.explain import draw
 
@@ -131,6 +137,8 @@ def explain(
         print_json(out, data)
         return
     print_summary(out, data)
+    for line in data.get("sharding", ()):
+        out.print(line)
     if png is not None:
         out.print(f"picture: {data['picture']}")
 

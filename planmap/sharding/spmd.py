@@ -25,13 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from planmap.cost import OPTIMIZER_STATES, param_memory_factor
 from planmap.sharding.mesh import LogicalMesh
 from planmap.sharding.reshard import reshard_collectives
-from planmap.sharding.specs import Spec, from_assignment, is_valid, replicated
+from planmap.sharding.specs import Spec, from_assignment, is_valid, replicated, shards
 from planmap.sharding.strategies import strategy_collectives
 from planmap.sharding.tables import ShardingTables
 
-__all__ = ["SpmdEvaluation", "evaluate_spmd", "Propagation", "propagate", "compress", "tables_for"]
+__all__ = ["SpmdEvaluation", "evaluate_spmd", "Propagation", "propagate", "compress", "tables_for", "data_axes",
+           "zero_param_bytes"]
 
 
 def tables_for(problem: Any, mesh: LogicalMesh) -> ShardingTables:
@@ -73,7 +75,14 @@ def _local_cost(t: ShardingTables, i: int, rows: np.ndarray) -> tuple[np.ndarray
     for e in range(int(t.edge_ptr[i]), int(t.edge_ptr[i + 1])):
         k, v = int(t.edge_pos[e]), int(t.edge_value[e])
         moves = moves + t.edge_matrix[e][rows[v], t.in_index[i][k]]
+    for v in t.unit_values(i):
+        if v in t.grad_edge:
+            moves = moves + t.edge_matrix[t.grad_edge[v]][t.out_index[i], rows[_param_value(t, v)]]
     return own, moves
+
+
+def _param_value(t: ShardingTables, grad: int) -> int:
+    return t.unit_values(t.grad_param[grad])[0]
 
 
 def _row(t: ShardingTables, u: int, spec: Spec, v: int) -> int:
@@ -193,8 +202,39 @@ def compress(tables: ShardingTables, specs: Mapping[int, Spec]) -> dict[int, Spe
     return out
 
 
-def evaluate_spmd(tables: ShardingTables, value_specs: Mapping[int, Spec]) -> SpmdEvaluation:
-    """Step time, memory and collectives of a complete layout ({value id: spec} for every value)."""
+def data_axes(tables: ShardingTables, specs: Mapping[int, Spec]) -> tuple[int, ...]:
+    """The mesh axes that split a data argument's batch dim (dim 0) in the layout ``specs``."""
+    return tuple(sorted({ax for a in tables.graph.args if a.role == "data" and a.type.rank
+                         for ax in specs.get(a.value, ((),))[0]}))
+
+
+def zero_param_bytes(tables: ShardingTables, specs: Mapping[int, Spec], zero: int) -> float:
+    """Bytes per device of the parameters with their gradients and optimizer state under ZeRO stage
+    ``zero`` (training): stage 1 shards the optimizer state, stage 2 also the gradients, over the data
+    axes the parameter's own spec does not use (flat shards: no divisibility needed); the weights stay
+    in their spec. Stage 0 (and inference) is the tables' own parameter memory."""
+    g, data = tables.graph, data_axes(tables, specs)
+    states = OPTIMIZER_STATES[tables.optimizer]
+    total = 0.0
+    for a in g.args:
+        if a.role != "param":
+            continue
+        spec = specs[a.value]
+        own = {ax for dim in spec for ax in dim}
+        held = float(g.value_bytes[a.value]) / shards(spec, tables.mesh.axis_sizes)
+        if tables.mode != "training" or zero <= 0:
+            total += held * param_memory_factor(tables.mode, tables.optimizer)
+            continue
+        extra = float(np.prod([tables.mesh.axis_sizes[ax] for ax in data if ax not in own]))
+        total += held * (1.0 + (1.0 / extra if zero >= 2 else 1.0) + states / extra)
+    return total
+
+
+def evaluate_spmd(tables: ShardingTables, value_specs: Mapping[int, Spec], *, zero: int = 0) -> SpmdEvaluation:
+    """Step time, memory and collectives of a complete layout ({value id: spec} for every value).
+    ``zero``: ZeRO stage 1 or 2 for the memory (:func:`zero_param_bytes`); the collectives stay those
+    of the layout (the optimizer update is not in the graph: its all-gather of the updated parameter
+    shards is not charged)."""
     t = tables
     rows = _rows(t, value_specs)
     n = t.num_ops
@@ -222,6 +262,11 @@ def evaluate_spmd(tables: ShardingTables, value_specs: Mapping[int, Spec]) -> Sp
             p_asg, q_asg = t.out_specs[src][rows[v]], t.sets[i].inputs[k][s]
             for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
                 coll[(kind, axes, round(b))] += 1
+        for v in vals:
+            if v in t.grad_param:  # the gradient ends in its parameter's layout
+                p_asg, q_asg = t.out_specs[i][rows[v]], t.out_specs[t.grad_param[v]][rows[_param_value(t, v)]]
+                for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
+                    coll[(kind, axes, round(b))] += 1
     params = data = 0.0
     for pos, a in enumerate(t.graph.args):
         u = n + pos
@@ -230,6 +275,8 @@ def evaluate_spmd(tables: ShardingTables, value_specs: Mapping[int, Spec]) -> Sp
             params += float(t.memory[u][s])
         else:
             data += float(t.memory[u][s])
+    if zero > 0:
+        params = zero_param_bytes(t, value_specs, zero)
     parts = {"params": params, "data": data, "stash": stash, "working": peak}
     memory = sum(parts.values())
     mb_time = compute + comm + reshard

@@ -16,7 +16,9 @@ in ``graph.args`` order (an argument's strategies are the valid specs of its sha
   (training; one microbatch in flight under SPMD); ``working[u]`` (K_u,) the bytes live while an op
   runs (per-device inputs, arguments excluded, and outputs) — the peak is the max over ops.
 
-Per edge ``e`` (one per (value, consumer op, operand position)): ``edge_value/src/dst/pos`` and
+Per edge ``e`` (one per (value, consumer op, operand position); in training, after them, one per
+parameter gradient into the parameter's unit, position 0, whose required specs are the parameter's own
+— :func:`gradient_params`): ``edge_value/src/dst/pos`` and
 ``edge_matrix[e]`` over the producer's distinct out specs × the consumer's distinct required specs;
 :meth:`ShardingTables.edge_cost` expands it to K_src × K_dst by index. Matrices are shared through a
 :class:`~planmap.sharding.reshard.ReshardCache`, strategy sets by op signature.
@@ -24,7 +26,7 @@ Per edge ``e`` (one per (value, consumer op, operand position)): ``edge_value/sr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -46,7 +48,7 @@ from planmap.sharding.strategies import (
     unit_strategies,
 )
 
-__all__ = ["ShardingTables", "value_shapes", "graph_operands", "graph_outputs", "fused_op_costs"]
+__all__ = ["ShardingTables", "value_shapes", "gradient_params", "graph_operands", "graph_outputs", "fused_op_costs"]
 
 
 def graph_outputs(graph: OpGraph) -> tuple[tuple[TensorType, ...], ...]:
@@ -73,6 +75,45 @@ def graph_operands(graph: OpGraph) -> tuple[tuple[int, ...], ...]:
     for v, d in zip(graph.edge_value.tolist(), graph.edge_dst.tolist(), strict=True):
         ops[d].append(v)
     return tuple(tuple(o) for o in ops)
+
+
+def gradient_params(graph: OpGraph) -> dict[int, int]:
+    """Training step: ``{gradient value id: parameter value id}``. A value-and-grad step returns
+    ``(loss, grads)`` with the gradients flattened in the parameters' argument order, so result ``k``
+    (``1 <= k <= #params``) is the gradient of the ``k``-th parameter when their shapes agree. XLA
+    returns a gradient in its parameter's layout (the optimizer update adds them elementwise), so a
+    gradient held in another layout pays the reshard into it: a replicated parameter's gradient is
+    all-reduced, not reduce-scattered."""
+    params = [a for a in graph.args if a.role == "param"]
+    shapes = value_shapes(graph)
+    out: dict[int, int] = {}
+    for k, v in enumerate(graph.results.tolist()[1:len(params) + 1]):
+        a = params[k]
+        if shapes[v] == a.type.shape and int(graph.value_node[v]) >= 0 and v not in out:
+            out[v] = a.value
+    return out
+
+
+UNLIKE_XLA = 1.0  # seconds added to a reshard XLA's partitioner would not do (see _keep_partial_sums)
+
+
+def _keep_partial_sums(mat: np.ndarray, producer: np.ndarray, required: np.ndarray, dm: Any, k: int) -> np.ndarray:
+    """``mat`` with :data:`UNLIKE_XLA` added where a reduction of one tensor (``reduce``; scalar operands
+    aside) would gather (or move) a dim it reduces over. XLA's SPMD partitioner reduces the local part
+    and all-reduces the partial results instead; the model must not plan a gather there that the
+    compiled program would not do (its step time would be right, its collectives not). Ops of several
+    tensors (dot_general) are left alone: there XLA does gather an operand whose split conflicts with
+    the other's (FSDP's weights)."""
+    if dm is None or not dm.reduced:
+        return mat
+    dims = [slot[k] for slot in dm.reduced if k < len(slot) and slot[k] >= 0]
+    if not dims:
+        return mat
+    p, q = producer[:, None, :], required[None, :, :]
+    bad = (np.isin(p, dims) & (p != q)).any(axis=-1)
+    if not bad.any():
+        return mat
+    return _ro(mat + UNLIKE_XLA * bad)
 
 
 def _shards(asg: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
@@ -113,6 +154,9 @@ class ShardingTables:
     edge_matrix: tuple[np.ndarray, ...]
     edge_ptr: np.ndarray  # (n + 1,) CSR: the edges of op i are edge_ptr[i]:edge_ptr[i+1], in operand order
     stats: dict[str, Any]
+    grad_param: dict[int, int] = field(default_factory=dict)  # training: gradient value -> its parameter's unit
+    grad_edge: dict[int, int] = field(default_factory=dict)  # training: gradient value -> its edge to the parameter
+    optimizer: str = "adam"
 
     # ---------------------------------------------------------------------------------- build
     @classmethod
@@ -175,8 +219,23 @@ class ShardingTables:
                 es.append(src)
                 ed.append(i)
                 ep.append(k)
-                em.append(cache.matrix(shapes[v], float(graph.value_bytes[v]), outs[src][0], ins[i][k][0]))
+                mat = cache.matrix(shapes[v], float(graph.value_bytes[v]), outs[src][0], ins[i][k][0])
+                lone = sum(1 for w in operands[i] if shapes[w]) == 1
+                em.append(_keep_partial_sums(mat, outs[src][0], ins[i][k][0], dim_maps[i], k) if lone else mat)
             ptr.append(len(ev))
+        for pos in range(len(graph.args)):  # an argument "requires" its own layout of its gradient
+            ins[n + pos] = (outs[n + pos],)
+        grads = gradient_params(graph) if mode == "training" else {}
+        grad_param = {v: int(value_unit[a]) for v, a in grads.items() if int(value_unit[v]) < n}
+        grad_edge = {}
+        for v, u in grad_param.items():  # after the op edges: gradient -> its parameter's layout
+            grad_edge[v] = len(ev)
+            src = int(value_unit[v])
+            ev.append(v)
+            es.append(src)
+            ed.append(u)
+            ep.append(0)
+            em.append(cache.matrix(shapes[v], float(graph.value_bytes[v]), outs[src][0], outs[u][0]))
         memory, working = _memory(graph, cost, mesh, sets, operands, value_unit)
         capacity = float(topology.memory[mesh.devices].min()) * (1.0 - memory_headroom)
         stats = {"signatures": len(signatures), "reshard_matrices": len(cache), "reshard_hits": cache.hits}
@@ -187,7 +246,8 @@ class ShardingTables:
                    tuple(tuple(ro(x[0]) for x in k) for k in ins), tuple(tuple(ro(x[1]) for x in k) for k in ins),
                    memory, working, ro(np.asarray(ev, np.int64)), ro(np.asarray(es, np.int64)),
                    ro(np.asarray(ed, np.int64)), ro(np.asarray(ep, np.int64)), tuple(em),
-                   ro(np.asarray(ptr, np.int64)), stats)
+                   ro(np.asarray(ptr, np.int64)), stats, grad_param=grad_param, grad_edge=grad_edge,
+                   optimizer=optimizer)
 
     @classmethod
     def from_problem(cls, problem: Any, mesh: LogicalMesh) -> ShardingTables:

@@ -31,7 +31,6 @@ from planmap.graph import OpGraph
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.sharding import LogicalMesh, ShardingTables, Spec, logical_meshes, propagate, replicated
 from planmap.sharding.solution import spmd_solution, tables_cache
-from planmap.sharding.spmd import Propagation
 
 __all__ = ["DataParallel", "FSDP", "Megatron", "data_parallel", "fsdp", "megatron", "meshes_or_raise",
            "BASELINES"]
@@ -81,9 +80,51 @@ def _replicated_closure(tables: ShardingTables, overrides: dict[int, Spec]) -> d
     return out
 
 
+def gradient_layouts(tables: ShardingTables, overrides: dict[int, Spec]) -> dict[int, Spec]:
+    """``overrides`` plus, in training, every parameter gradient in its parameter's layout, carried back
+    through the pass-through ops (transposes, reshapes, converts) that produce it: the op computing the
+    gradient then reduces it straight into that layout (an all-reduce for a replicated parameter), as
+    XLA does, instead of reduce-scattering it and gathering it again, which the greedy default layout
+    would choose one op at a time."""
+    out = dict(overrides)
+    for v, u in tables.grad_param.items():
+        p = tables.unit_values(u)[0]
+        todo = [(v, overrides.get(p, replicated(len(tables.shapes[p]))))]
+        while todo:
+            v, spec = todo.pop()
+            if v not in out:
+                out[v] = spec
+                todo += _specs_upstream(tables, v, spec)
+    return out
+
+
+def _specs_upstream(tables: ShardingTables, v: int, spec: Spec) -> list[tuple[int, Spec]]:
+    """The (operand, spec) pairs from which the op defining ``v`` computes ``spec`` locally: it reduces
+    nothing over its non-scalar operands and every split result dim comes from a dim of each of them
+    (elementwise ops, reshapes, transposes, converts, size-1 reductions); [] where the chain stops (at
+    the op that reduces the gradient, at arguments)."""
+    g = tables.graph
+    node = int(g.value_node[v])
+    m = g.dim_maps[node] if node >= 0 and g.dim_maps is not None else None
+    if m is None:
+        return []
+    ks = [k for k, w in enumerate(tables.operands[node]) if tables.shapes[w]]
+    if any(slot[k] >= 0 for slot in m.reduced for k in ks if k < len(slot)):
+        return []
+    out = []
+    for k in ks:
+        dims, w = m.operands[k], tables.operands[node][k]
+        if any(axes and d not in dims for d, axes in enumerate(spec)):
+            return []
+        if int(g.value_node[w]) >= 0:
+            out.append((w, tuple(spec[d] if d >= 0 else () for d in dims)))
+    return out
+
+
 def _finish(problem: Problem, tables: ShardingTables, overrides: dict[int, Spec], name: str,
             t0: float) -> tuple[Solution, Evaluation]:
-    sol = spmd_solution(problem, tables, propagate(tables, _replicated_closure(tables, overrides)),
+    layout = _replicated_closure(tables, gradient_layouts(tables, overrides))
+    sol = spmd_solution(problem, tables, propagate(tables, layout),
                         Certificate(Status.HEURISTIC, name, version=VERSION))
     ev = evaluate(problem, sol)
     return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0), ev
@@ -156,7 +197,6 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
     size = tables.mesh.axis_sizes[tensor]
     shapes = {a.value: a.type.shape for a in g.args}
     decided: set[int] = set()
-    layout = Propagation(tables, over)  # updated as each parameter's split is decided
     for i in range(g.num_nodes):
         m = g.dim_maps[i] if g.dim_maps is not None else None
         if g.kind[i] != "stablehlo.dot_general" or m is None or len(tables.operands[i]) != 2 or not m.reduced:
@@ -168,13 +208,66 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
             continue
         p, pdims = traced
         decided.add(p)
-        lhs_spec = layout.spec(lhs)
-        lhs_split = any(tensor in lhs_spec[d] for d in lhs_c)
+        specs = propagate(tables, _tensor_only_downstream(tables, _replicated_closure(tables, over), tensor, rounds=2))
+        lhs_split = any(tensor in specs[lhs][d] for d in lhs_c)
         cands = pdims[: len(rhs_c)] if lhs_split else pdims[len(rhs_c):]
         dim = next((d for d in cands if d >= 0 and shapes[p][d] % size == 0), None)
         if dim is not None:
             over[p] = _split(len(shapes[p]), dim, (tensor,))
-            layout.set_argument(p, over[p])
+            if lhs_split:  # row parallel: the partial sums are all-reduced (before the next layer reads them)
+                res = tables.unit_values(i)[0]
+                over[res] = _without(propagate(tables, over)[res], tensor)
+    over = _all_reduce_partial_sums(tables, _replicated_closure(tables, gradient_layouts(tables, over)), tensor)
+    return _tensor_only_downstream(tables, over, tensor)
+
+
+def _without(spec: Spec, axis: int) -> Spec:
+    return tuple(tuple(a for a in dim if a != axis) for dim in spec)
+
+
+def _all_reduce_partial_sums(tables: ShardingTables, over: dict[int, Spec], tensor: int,
+                             rounds: int = 4) -> dict[int, Spec]:
+    """Megatron's activations: a dot_general that contracts a dim split over ``tensor`` (the row-parallel
+    layer forward, the column-parallel layer's input gradient backward) all-reduces its partial sums into
+    a result not split over ``tensor``; the greedy default would reduce-scatter them and gather later.
+    Pinned a round at a time (one propagation per round) until no such dot is left."""
+    g = tables.graph
+    dots = [i for i in range(g.num_nodes) if g.kind[i] == "stablehlo.dot_general" and g.dim_maps is not None
+            and g.dim_maps[i] is not None and g.dim_maps[i].reduced and tables.unit_values(i)]
+    for _ in range(rounds):
+        specs = propagate(tables, over)
+        pinned = False
+        for i in dots:
+            res, m = tables.unit_values(i)[0], g.dim_maps[i]
+            if res in over or res in tables.grad_param:
+                continue
+            if any(tensor in specs[v][slot[k]] for slot in m.reduced
+                   for k, v in enumerate(tables.operands[i]) if k < len(slot) and slot[k] >= 0):
+                over[res] = _without(specs[res], tensor)
+                pinned = True
+        if not pinned:
+            break
+    return over
+
+
+def _tensor_only_downstream(tables: ShardingTables, over: dict[int, Spec], tensor: int,
+                            rounds: int = 8) -> dict[int, Spec]:
+    """Keep the ``tensor`` axis on the values computed from tensor-split values only: an op whose operands
+    are all free of it (after a row-parallel all-reduce, the loss, the gradient flowing back into it)
+    runs unsplit over ``tensor`` as XLA propagates it, not split to divide a few elementwise ops' work."""
+    g = tables.graph
+    for _ in range(rounds):
+        specs = propagate(tables, over)
+        changed = False
+        for i in range(g.num_nodes):
+            vals = tables.unit_values(i)
+            if not vals or vals[0] in over or any(any(tensor in d for d in specs[v]) for v in tables.operands[i]):
+                continue
+            if any(tensor in d for d in specs[vals[0]]):
+                over[vals[0]] = _without(specs[vals[0]], tensor)
+                changed = True
+        if not changed:
+            break
     return over
 
 

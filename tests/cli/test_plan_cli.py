@@ -76,3 +76,14 @@ def test_explain_png(workdir, capsys):
     with Image.open(workdir / "p.png") as im:
         im.verify()
         assert im.size[0] > 500 and im.size[1] > 300
+
+
+@pytest.mark.slow
+def test_explain_spmd_plan_per_axis(workdir, capsys):
+    assert main(["solve", "specs/gpt-train-8dev.yaml", "--solver", "data-parallel", "-o", "dp.plan.yaml", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["explain", "dp.plan.yaml"]) == 0
+    text = capsys.readouterr().out
+    assert "mesh: data=8 inside a host" in text
+    assert "collective(s)" in text and "compute" in text and "communication" in text
+    assert "memory per device" in text and "params" in text
