@@ -269,10 +269,10 @@ def _latency(problem: Problem, sol: Solution) -> Evaluation:
     stage_finish = finish[:S].copy()
     for k in range(S):  # CPU stages: first start and last finish of their nodes
         if cpu_stage[k]:
-            members = np.flatnonzero(sol.assignment == k)
-            if len(members) and order is not None:
-                stage_start[k] = np.nanmin(start[S + members])
-                stage_finish[k] = np.nanmax(finish[S + members])
+            in_stage = np.flatnonzero(sol.assignment == k)
+            if len(in_stage) and order is not None:
+                stage_start[k] = np.nanmin(start[S + in_stage])
+                stage_finish[k] = np.nanmax(finish[S + in_stage])
     return Evaluation(objective=objective, feasible=not violations, violations=tuple(violations), memory=mem,
                       capacity=problem.capacity, load=load, fw_load=load, bw_load=np.zeros(D),
                       stage_start=stage_start, stage_finish=stage_finish, node_finish=node_finish,

@@ -123,7 +123,7 @@ def explain(
     solution = plan_mod.to_solution(problem, loaded.document)
     ev = evaluate(problem, solution)
     data = summary_data(problem, solution, ev, loaded.document, plan_path=None, wall=None)
-    if ev.spmd is not None:
+    if ev.spmd is not None and solution.shardings is not None:
         from planmap.sharding.solution import solution_mesh
         from planmap.sharding.summary import spmd_lines
 

@@ -31,6 +31,7 @@ with the graph (a profiled graph's) are kept; two classes that meet in one coars
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -185,7 +186,7 @@ def _contract_convex(part: Partition, groups: list[int], scope: dict) -> int | N
     return None
 
 
-def _signature(graph: OpGraph, members: list[int]) -> int:
+def _signature(graph: OpGraph, members: Sequence[int]) -> int:
     items = sorted((graph.kind[i], graph.outputs[i] if graph.outputs is not None else ()) for i in members
                    if not is_cheap(graph.kind[i], float(graph.flops[i]), float(graph.bytes_accessed[i])))
     if not items:

@@ -177,7 +177,7 @@ def _tf_numbered_layers(names) -> list[str] | None:
         m = _TF_NUMBERED_RE.match(nm)
         k = int(m.group(2) or 0) if m else None
         index.append(k)
-        if m:
+        if m and k is not None:
             stems_of.setdefault(k, set()).add(m.group(1))
     shared = {k for k, stems in stems_of.items() if len(stems) >= 2}
     if len(shared) < 2:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -255,7 +256,7 @@ def gnmt_layers(encoder: int = 8, decoder: int = 8, sinks: int = 0) -> Layers:
     nodes without outputs hang off one node each, spread over the graph (as in Tarnawski et al.'s GNMT
     graphs, where they multiply the ideals unless merged into their neighbour)."""
     g = _gnmt(encoder, decoder)
-    hosts = np.linspace(1, g.n - 2, sinks).round().astype(int) if sinks else []
+    hosts: Any = np.linspace(1, g.n - 2, sinks).round().astype(int) if sinks else []
     for k, h in enumerate(hosts):
         g.add(f"{g.names[h]}/sink{k}", [int(h)], 0.0, out=0.0, layer=g.layer[h])
     return g

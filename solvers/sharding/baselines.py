@@ -232,13 +232,15 @@ def _all_reduce_partial_sums(tables: ShardingTables, over: dict[int, Spec], tens
     a result not split over ``tensor``; the greedy default would reduce-scatter them and gather later.
     Pinned a round at a time (one propagation per round) until no such dot is left."""
     g = tables.graph
-    dots = [i for i in range(g.num_nodes) if g.kind[i] == "stablehlo.dot_general" and g.dim_maps is not None
-            and g.dim_maps[i] is not None and g.dim_maps[i].reduced and tables.unit_values(i)]
+    maps = g.dim_maps if g.dim_maps is not None else (None,) * g.num_nodes
+    dots = [i for i in range(g.num_nodes) if g.kind[i] == "stablehlo.dot_general" and (m := maps[i]) is not None
+            and m.reduced and tables.unit_values(i)]
     for _ in range(rounds):
         specs = propagate(tables, over)
         pinned = False
         for i in dots:
-            res, m = tables.unit_values(i)[0], g.dim_maps[i]
+            res, m = tables.unit_values(i)[0], maps[i]
+            assert m is not None  # dots have maps (above)
             if res in over or res in tables.grad_param:
                 continue
             if any(tensor in specs[v][slot[k]] for slot in m.reduced
@@ -324,5 +326,5 @@ class Megatron(_Baseline):
     build = staticmethod(megatron)
 
 
-BASELINES: tuple[tuple[str, Callable[[Problem], tuple[Solution, Evaluation]]], ...] = (
+BASELINES: tuple[tuple[str, Callable[..., tuple[Solution, Evaluation]]], ...] = (
     ("data-parallel", data_parallel), ("fsdp", fsdp), ("megatron", megatron))

@@ -280,9 +280,11 @@ def _solve_tied_then_free(tables: ShardingTables, red: Reduced, options: SolveOp
                        deadline=time.monotonic() + (deadline - time.monotonic()) / 2)
     if deadline - time.monotonic() < MIN_MESH_TIME + (time.monotonic() - t0) / 2:
         return first  # no time left for the full IP (about as dear to set up as the tied one): the tied answer stands
-    start = first.specs if first.specs is not None and first.evaluation.feasible else warm
+    usable = first.specs is not None and first.evaluation is not None and first.evaluation.feasible
+    start = first.specs if usable else warm
     ans = solve_mesh(tables, options, warm_start=start, deadline=deadline, reduced=red)
-    if ans.status in (Status.OPTIMAL, Status.GAP_REACHED) or first.status not in (Status.OPTIMAL, Status.GAP_REACHED):
+    if (ans.status in (Status.OPTIMAL, Status.GAP_REACHED) or first.status not in (Status.OPTIMAL, Status.GAP_REACHED)
+            or first.objective is None):
         return ans
     return replace(ans, reductions=(*ans.reductions, f"first {first.certificate_text()}: "
                                     f"{first.objective * 1e3 / tables.microbatches:.6g} ms per microbatch"))
