@@ -52,6 +52,6 @@ def test_console_script_user_error_has_no_traceback(tmp_path, planmap_exe):
     exe = planmap_exe
     missing = [str(tmp_path / "a.plan.yaml"), str(tmp_path / "b.plan.yaml")]
     r = subprocess.run([exe, "diff", *missing], capture_output=True, text=True)
-    assert r.returncode == 1 and "Traceback" not in r.stderr and "error:" in r.stderr
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "error[file-not-found]" in r.stderr
     r = subprocess.run([exe, "--debug", "diff", *missing], capture_output=True, text=True)
     assert r.returncode == 1 and "Traceback" in r.stderr

@@ -176,8 +176,8 @@ def test_bounds_see_memory_force_a_transfer():
     ends: the bound says so, and equals the optimum (without memory it would be the bare chain)."""
     n = 6
     g = profiled_graph([(i, i + 1) for i in range(n - 1)], [1.0] * n, [0.1] * n, [0.05, 0.5, 0.02, 0.5, 0.5, 0.0],
-                       size=100)
-    p = problem(g, paper_topology(2, 1, memory=350), q=1)
+                       size=100_000)
+    p = problem(g, paper_topology(2, 1, memory=350_000), q=1)  # clusters must be physical: >= 1 kB
     dt = prepare(p)
     bound = float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.time_scale
     assert bound == pytest.approx(0.6 + 2 * 0.02, rel=1e-9)  # 6 x 0.1 compute + the 0.02 value twice
@@ -294,8 +294,8 @@ def test_a_time_limited_certificate_keeps_the_models_own_bound():
     from planmap.solvers import mip
 
     g = profiled_graph([(i, i + 1) for i in range(5)], [1.0] * 6, [0.1] * 6, [0.05, 0.5, 0.02, 0.5, 0.5, 0.0],
-                       size=100)
-    p = problem(g, paper_topology(2, 1, memory=350), q=1)
+                       size=100_000)
+    p = problem(g, paper_topology(2, 1, memory=350_000), q=1)  # clusters must be physical: >= 1 kB
     start = lip.best_baseline(p, SolveOptions(time_limit=5), 5)[0]
     latency = evaluate(p, start).objective
     m = lip.build_model(p, horizon=latency)
