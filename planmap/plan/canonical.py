@@ -25,15 +25,17 @@ _UNPARSED = b"\x00unparsed-yaml\x00"
 
 
 def canonical_text(text: str) -> str | None:
-    """The YAML stream's documents as canonical JSON (sorted keys, compact); None when it does not parse."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
+    """The document as canonical JSON (sorted keys, compact); None when it does not parse.
 
-    try:
-        docs = list(YAML(typ="safe", pure=True).load_all(text))
-    except (YAMLError, ValueError, TypeError):
+    Parsed by the spec loader's bounded reader (:func:`planmap.spec.yamlpos.read_yaml`), so an alias
+    bomb or deep nesting in a committed spec is refused here too instead of expanding while ``check``
+    hashes it; the one document is written as a one-element list (the stream of documents)."""
+    from planmap.spec.yamlpos import read_yaml
+
+    data, _, diagnostics = read_yaml(text.encode("utf-8", "surrogatepass"), "<input>")
+    if diagnostics:
         return None
-    return json.dumps(docs, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return json.dumps([data], sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def canonical_sha256(path: str | Path) -> str:

@@ -67,3 +67,11 @@ def test_model_artifacts_stay_hashed_by_bytes(sample_repo, capsys):
     model.write_text(model.read_text() + "\n")
     assert main(["check", PLAN]) == 2
     assert "stale: model input" in capsys.readouterr().err
+
+
+def test_alias_bombs_are_refused_not_expanded_when_hashed():
+    """The spec loader's alias and depth limits hold for the canonical hash too (``check`` hashes the spec
+    in the repository before anything validates it)."""
+    levels = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 8)]
+    assert canonical_text("\n".join(levels) + "\n") is None
