@@ -160,3 +160,16 @@ def test_plan_file_round_trip_check_and_explain(gpt_train, wc_plan, workdir, cap
     assert "stage 1 on node0/gpu4-7" in text and "between stages" in text
     assert text.count("memory per device") == 2 and "in flight" in text
     assert (workdir / "wc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_sharding_phrase_says_where_each_axis_runs():
+    from planmap.sharding.summary import AxisSummary, sharding_phrase
+    from tests.sharding.graphs import topology
+
+    topo = topology("h100-2x8")
+    mesh = LogicalMesh.build(topo, (2, 1, 8), np.arange(16))
+    axes = [AxisSummary(name, size, scope, 1 / ibw if ibw else float("inf"), lat, 0.0, 0)
+            for name, size, scope, ibw, lat in zip(("data", "a1", "tensor"), mesh.axis_sizes, mesh.scope,
+                                                   mesh.inv_bw, mesh.latency, strict=True)]
+    assert sharding_phrase(axes) == "tp=8 inside a host (450 GB/s), dp=2 over the network (50 GB/s)"
+    assert sharding_phrase(axes[1:2]) == "not sharded"
