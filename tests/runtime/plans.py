@@ -16,7 +16,7 @@ from planmap.plan.manual import stage
 from planmap.plan.manual import write_plan as _write
 from planmap.runtime.artifact import Artifact, entry_function, make_context
 
-__all__ = ["MODELS", "stage", "devs", "write_plan", "layer_ranges", "megatron_specs"]
+__all__ = ["MODELS", "HOSTS", "stage", "devs", "write_plan", "layer_ranges", "megatron_specs", "two_host_plan"]
 
 MODELS = Path(__file__).resolve().parents[2] / "specs" / "models"
 
@@ -69,3 +69,21 @@ def megatron_specs(names: list[str], layers: list[str], axis: str = "tensor") ->
         elif name.endswith(("['wo']", "['w2']")) or (name.endswith("['w']") and "blocks" not in name and odd):
             specs[i] = [axis, None]
     return specs
+
+
+HOSTS = [f"node{h}/gpu{i}" for h in range(2) for i in range(8)]
+
+
+def two_host_plan(tmp: Path, microbatches: int = 2) -> Path:
+    """gpt_train over node0/gpu0-7 (embedding, layers 0-1) and node1/gpu0-7 (layers 2-3, tied head), each
+    stage Megatron over (data 2, tensor 4), 1F1B; the embedding table, used by both stages, split over
+    its first consumer's ``tensor`` axis."""
+    names = Artifact.from_file(MODELS / "gpt_train.mlir").arg_names
+    first, rest = layer_ranges("gpt_train", [["embed", "layer0", "layer1"], ["layer2", "layer3", "lnf", "head"]])
+    tokens, targets, wte = names.index("tokens"), names.index("targets"), names.index("params['embed']['wte']")
+    args = {**megatron_specs(names, ["layer0", "layer1", "layer2", "layer3"]), tokens: ["data", None],
+            targets: ["data", None], wte: [None, "tensor"]}
+    mesh = {"data": 2, "tensor": 4}
+    return write_plan(tmp, "gpt_train", [stage(HOSTS[:8], first, mesh), stage(HOSTS[8:], rest, mesh)],
+                      data_args=[tokens, targets], args=args, schedule="1f1b", microbatches=microbatches,
+                      mode="training", name="two-host")

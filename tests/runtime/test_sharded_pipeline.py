@@ -30,7 +30,7 @@ from planmap.runtime.ir_graph import ARG
 from planmap.runtime.layout import Layouts
 from planmap.runtime.segments import op_stages
 from planmap.runtime.verify import compare, reference_outputs
-from tests.runtime.plans import MODELS, devs, layer_ranges, megatron_specs, stage, write_plan
+from tests.runtime.plans import MODELS, devs, layer_ranges, megatron_specs, stage, two_host_plan, write_plan
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*UNCHECKED plan")
 
@@ -110,14 +110,17 @@ def test_trainer_updates_parameters_where_each_stage_keeps_them(plan_dir):
 
 def test_stages_with_different_axis_sizes_infer(plan_dir):
     """Inference: (data 4) on d0-d3, then Megatron over (tensor 2, data 2) on d4-d7; the activation changes
-    layout as it crosses (rows over 4 devices -> rows over 2, replicated over tensor)."""
+    layout as it crosses (rows over 4 devices -> rows over 2, replicated over tensor). The plan mesh has no
+    axes, as ``make_plan`` writes a plan of several sharded stages (``Shardings.mesh_axes == ()``)."""
     names = Artifact.from_file(MODELS / "mlp.mlir").arg_names
     first, rest = layer_ranges("mlp", [["layer0", "layer1"], ["layer2", "layer3"]])
     args = {MLP_X: ["data", None], **megatron_specs(names, ["layer2", "layer3"])}
     path = write_plan(plan_dir, "mlp", [stage(devs(4), first, {"data": 4}),
                                         stage(devs(4, 4), rest, {"tensor": 2, "data": 2})],
-                      data_args=[MLP_X], args=args, schedule="gpipe", microbatches=4, name="wc-axes")
+                      data_args=[MLP_X], args=args, schedule="gpipe", microbatches=4, mesh={}, devices=["d0"],
+                      name="wc-axes")
     exe = rt.load(path, unchecked=True)
+    assert exe.plan.mesh.axis_names == [] and exe.plan.mesh.devices == ["d0"]
     verified(exe)
     assert_inputs_laid_out(exe)
     s0, s1 = exe.segments
@@ -146,31 +149,6 @@ def test_four_two_device_stages_with_their_own_axes(plan_dir):
     assert w1 and all(s.in_specs[s.cut.inputs.index((ARG, 3))] == ("tensor", None) for s in w1)
 
 
-@pytest.mark.slow
-def test_gpt_train_data_stage_then_megatron_stage(plan_dir):
-    """gpt_train: embedding and layers 0-1 over (data 4); layers 2-3, final norm and the tied head Megatron
-    over (tensor 2, data 2). The tied embedding is an argument both stages use."""
-    art = Artifact.from_file(MODELS / "gpt_train.mlir")
-    names = art.arg_names
-    first, rest = layer_ranges("gpt_train", [["embed", "layer0", "layer1"], ["layer2", "layer3", "lnf", "head"]])
-    tokens, targets, wte = names.index("tokens"), names.index("targets"), names.index("params['embed']['wte']")
-    args = {**megatron_specs(names, ["layer2", "layer3"]), tokens: ["data", None], targets: ["data", None],
-            wte: [None, "data"]}  # written in stage 0's axes (its first consumer)
-    path = write_plan(plan_dir, "gpt_train", [stage(devs(4), first, {"data": 4}),
-                                              stage(devs(4, 4), rest, {"tensor": 2, "data": 2})],
-                      data_args=[tokens, targets], args=args, schedule="1f1b", microbatches=2, mode="training",
-                      name="wc-gpt")
-    exe = rt.load(path, unchecked=True)
-    verified(exe)
-    assert_inputs_laid_out(exe)
-    users = [s for s in exe.segments if (ARG, wte) in s.cut.inputs]
-    assert {s.stage for s in users} == {0, 1}
-    assert exe.input_shardings[wte].spec == P(None, "data") and len(exe.input_shardings[wte].device_set) == 4
-    mega = exe.stage_segments()[1]
-    assert all(s.mesh.axes == (("tensor", 2), ("data", 2)) for s in mega)
-    assert any("all-reduce" in collectives(s) for s in mega)
-
-
 def test_specs_of_another_stage_are_hints_there(plan_dir):
     """A spec is binding only in the stage that owns the value: elsewhere it is used when it fits the
     stage's mesh and dropped (batch rule) when it does not divide the tensor there."""
@@ -189,8 +167,9 @@ def test_specs_of_another_stage_are_hints_there(plan_dir):
 @pytest.mark.slow
 def test_two_host_plan_on_sixteen_devices_verifies(tmp_path):
     """specs/gpt-train-2host.yaml's cluster shape, 2 hosts x 8: one gpt_train stage per host, each over
-    (data 2, tensor 4) with Megatron weights, all 16 devices used; ``planmap run --verify`` in a
-    process of its own with 16 fake CPU devices (this one has 8)."""
+    (data 2, tensor 4) with Megatron weights, all 16 devices used, the tied embedding an argument of
+    both stages; ``planmap run --verify`` in a process of its own with 16 fake CPU devices (this one
+    has 8). test_multiprocess.py runs the same plan on two processes."""
     path = two_host_plan(tmp_path)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=16"}
     cli = "import sys; from planmap.cli import main; sys.exit(main())"
@@ -199,20 +178,3 @@ def test_two_host_plan_on_sixteen_devices_verifies(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "max error:" in run.stdout and "16 device(s)" in run.stdout
     assert " NO" not in run.stdout
-
-
-HOSTS = [f"node{h}/gpu{i}" for h in range(2) for i in range(8)]
-
-
-def two_host_plan(tmp: Path, microbatches: int = 2) -> Path:
-    """gpt_train over node0/gpu0-7 (embedding, layers 0-1) and node1/gpu0-7 (layers 2-3, head), each stage
-    Megatron over (data 2, tensor 4), 1F1B."""
-    names = Artifact.from_file(MODELS / "gpt_train.mlir").arg_names
-    first, rest = layer_ranges("gpt_train", [["embed", "layer0", "layer1"], ["layer2", "layer3", "lnf", "head"]])
-    tokens, targets = names.index("tokens"), names.index("targets")
-    args = {**megatron_specs(names, ["layer0", "layer1", "layer2", "layer3"]), tokens: ["data", None],
-            targets: ["data", None]}
-    mesh = {"data": 2, "tensor": 4}
-    return write_plan(tmp, "gpt_train", [stage(HOSTS[:8], first, mesh), stage(HOSTS[8:], rest, mesh)],
-                      data_args=[tokens, targets], args=args, schedule="1f1b", microbatches=microbatches,
-                      mode="training", name="two-host")
