@@ -53,13 +53,13 @@ def compile_segment(artifact: Artifact, graph: EntryGraph, cut: SegmentCut, stag
     ctx = make_context()
     module, handles = build_module(artifact, cut, ctx)
     axes = dict(mesh.axes)
-    in_specs = tuple(layouts.input_spec(r, axes) for r in cut.inputs)
-    out_specs = tuple(layouts.output_spec(r, axes) for r in cut.outputs)
+    in_specs = tuple(layouts.input_spec(r, axes, stage) for r in cut.inputs)
+    out_specs = tuple(layouts.output_spec(r, axes, stage) for r in cut.outputs)
     if mesh.size > 1:
         constraints = []
         for op in cut.kept:
             for r in range(len(graph.result_types[op])):
-                spec = layouts.constraint((op, r), axes)
+                spec = layouts.constraint((op, r), axes, stage)
                 if spec is not None:
                     constraints.append((handles[op], r, spec))
         annotate_module(module, ctx, mesh.axes, arg_specs=dict(enumerate(in_specs)),

@@ -3,11 +3,13 @@
 JAX is the distributed engine: every process runs the same program (loads the same plan, calls
 the executable with the same host data) and JAX executes each compiled segment on the devices it
 owns. Two settings make this work on CPU devices, which is how the tests run two local processes
-with 4 fake devices each:
+with 4 or 8 fake devices each:
 
-* ``jax_cpu_collectives_implementation = gloo``: collectives of an SPMD stage that spans processes;
-* ``jax_cross_host_transfer_socket_address``: the CPU client lacks native cross-host transfers, so
-  values sent between pipeline stages on different processes go through JAX's DCN transfer server.
+* ``jax_cpu_collectives_implementation = gloo``: collectives of an SPMD stage that spans processes,
+  and the broadcasts that carry values between stages on different processes on CPU (see
+  :mod:`planmap.runtime.transfer`: the CPU client's own cross-process transfers hang in JAX 0.10);
+* ``jax_cross_host_transfer_socket_address``: JAX's DCN transfer server, for clients without
+  native cross-host transfers.
 
 Plan hosts map to processes in :mod:`planmap.runtime.devices`.
 """
@@ -47,36 +49,14 @@ def shutdown() -> None:
 def gather(x) -> np.ndarray:
     """The whole value of ``x`` on every process, even on processes that hold none of it.
 
-    Every process must call it with the same array (it is collective when ``x`` spans processes).
-    A process without a copy receives one on a mesh of its own devices shaped like ``x``'s, with the
-    same PartitionSpec: JAX copies between processes only between identical layouts.
+    Every process must call it with the same array (it is a collective when ``x`` is not on every
+    process's devices): a value spread over processes is all-gathered, one held by a single process
+    broadcast from it (:func:`planmap.runtime.transfer.through_host`).
     """
     import jax
-    from jax.sharding import AxisType, Mesh, NamedSharding
 
-    from planmap.errors import PlanmapError
+    from planmap.runtime.transfer import through_host
 
-    if not isinstance(x, jax.Array) or x.is_fully_addressable:
+    if not isinstance(x, jax.Array) or jax.process_count() == 1:
         return np.asarray(x)
-    if not isinstance(x.sharding, NamedSharding):
-        raise PlanmapError(f"gather requires a NamedSharding array, but got {type(x.sharding).__name__}")
-    mesh = x.sharding.mesh
-    holders = {d.process_index for d in mesh.devices.flat}
-    if len(holders) > 1:  # spans processes: each holds its part; replicate through a collective
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    n = mesh.devices.size
-    mine = x
-    for p in range(jax.process_count()):
-        if p in holders:
-            continue
-        local = [d for d in jax.devices() if d.process_index == p]
-        if len(local) < n:
-            raise PlanmapError(f"cannot copy a value held by {n} devices to process {p}, which has {len(local)}")
-        target = Mesh(np.array(local[:n]).reshape(mesh.devices.shape), mesh.axis_names,
-                      axis_types=(AxisType.Auto,) * len(mesh.axis_names))
-        copy = jax.device_put(x, NamedSharding(target, x.sharding.spec))
-        if p == jax.process_index():
-            mine = copy
-    return np.asarray(mine)
+    return through_host(x)  # also where this process holds all of x: the others wait for it

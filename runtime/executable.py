@@ -34,7 +34,7 @@ from planmap.runtime.devices import map_devices, stage_meshes
 from planmap.runtime.ir_graph import ARG, EntryGraph, Ref
 from planmap.runtime.layout import Layouts, combine_rules
 from planmap.runtime.schedule import dispatch_order
-from planmap.runtime.segments import form_segments
+from planmap.runtime.segments import form_segments, op_stages
 from planmap.runtime.split import plan_cuts
 from planmap.runtime.transfer import place
 
@@ -62,7 +62,7 @@ class Executable:
         self.plan = doc
         self.artifact = artifact
         self.graph = graph = EntryGraph.from_artifact(artifact)
-        self.layouts = layouts = Layouts(doc, graph)
+        self.layouts = layouts = Layouts(doc, graph, op_stages(doc, graph.n_ops))
         self.microbatches = doc.schedule.microbatches
         self.batch = layouts.batch
         self.data_args = tuple(sorted(layouts.data_args))

@@ -5,7 +5,12 @@ Layouts (PartitionSpecs on a stage mesh), in order of precedence:
 1. the plan's ``shardings`` — argument specs for entry arguments, ``values`` specs for op results
    (constraints inside the producing segment, input layout in consuming segments) — restricted to
    the axes the stage's mesh has (a pipeline stage on a ``model`` sub-mesh ignores ``data``; a spec
-   none of whose axes the mesh has counts as no spec);
+   none of whose axes the mesh has counts as no spec). In a plan of several stages each spec is
+   written in the axis names of the stage that *owns* the value (an op result: its producer's stage;
+   an argument: its first consumer's stage). Another stage that uses the value reads the spec as a
+   hint: it takes it when it fits its own mesh (the value then crosses with a plain copy) and
+   otherwise falls back to rule 2 — a spec that does not divide a tensor is an error only in the
+   owner's stage;
 2. the *batch rule* on meshes with a ``data`` axis (replicated stages, data-parallel SPMD plans
    that leave an argument unspecified): a value that depends on a data argument and whose dim 0 is
    the microbatch size is split over ``data`` along dim 0 (when it divides evenly);
@@ -63,8 +68,10 @@ def batch_size(graph: EntryGraph, data_args: Sequence[int]) -> int | None:
 class Layouts:
     """Layout decisions for one plan over one artifact (see the module docstring)."""
 
-    def __init__(self, doc: PlanDocument, graph: EntryGraph):
+    def __init__(self, doc: PlanDocument, graph: EntryGraph, op_stage: np.ndarray | None = None):
         self.graph = graph
+        self._op_stage = op_stage
+        self._arg_stage: dict[int, int] | None = None
         self.data_args = frozenset(doc.data_args)
         self.batch = batch_size(graph, doc.data_args)
         self._data_dep = graph.depends_on(self.data_args)
@@ -97,42 +104,72 @@ class Layouts:
             return ("data",) + (None,) * (self.graph.tensor_type(ref).rank - 1)
         return None
 
-    def _explicit(self, ref: Ref, axes: dict[str, int]) -> Spec | None:
+    def owner(self, ref: Ref) -> int | None:
+        """The stage whose axis names ``ref``'s spec is written in: an op result's producer stage, an
+        argument's first consumer stage (lowest stage index); None without stage information."""
+        if self._op_stage is None:
+            return None
+        if ref[0] != ARG:
+            return int(self._op_stage[ref[0]])
+        if self._arg_stage is None:
+            first: dict[int, int] = {}
+            for op, operands in enumerate(self.graph.operands):
+                for o, a in operands:
+                    if o == ARG:
+                        first[a] = min(first.get(a, int(self._op_stage[op])), int(self._op_stage[op]))
+            self._arg_stage = first
+        return self._arg_stage.get(ref[1])
+
+    def _explicit(self, ref: Ref, axes: dict[str, int], stage: int | None = None) -> Spec | None:
         """The plan's spec for ``ref`` on this mesh; None when there is none or none of its axes exist here
-        (a stage on a sub-mesh without the plan's axes then falls back to the batch rule)."""
+        (a stage on a sub-mesh without the plan's axes then falls back to the batch rule), or when
+        ``stage`` is not the value's owner and the spec does not fit this mesh (module docstring)."""
         spec = self.arg_specs.get(ref[1]) if ref[0] == ARG else self.value_specs.get(ref)
         if spec is None:
             return None
         restricted = restrict_spec(spec, list(axes))
         if is_replicated(restricted) and not is_replicated(spec):
             return None
+        owner = self.owner(ref)
+        if stage is not None and owner is not None and owner != stage:
+            return restricted if self._divides(restricted, self.graph.tensor_type(ref).shape, axes) is None else None
         self._check_divides(restricted, self.graph.tensor_type(ref).shape, axes, ref)
         return restricted
 
-    def input_spec(self, ref: Ref, axes: dict[str, int]) -> Spec:
-        """Layout of a segment input on a mesh with ``axes`` (name -> size)."""
-        explicit = self._explicit(ref, axes)
+    def input_spec(self, ref: Ref, axes: dict[str, int], stage: int | None = None) -> Spec:
+        """Layout of a segment input on a mesh with ``axes`` (name -> size) of plan stage ``stage``."""
+        explicit = self._explicit(ref, axes, stage)
         if explicit is not None:
             return explicit
         return self._batch_rule(ref, axes) or (None,) * self.graph.tensor_type(ref).rank
 
-    def output_spec(self, ref: Ref, axes: dict[str, int]) -> Spec | None:
+    def output_spec(self, ref: Ref, axes: dict[str, int], stage: int | None = None) -> Spec | None:
         """Layout of a segment result; None leaves it to the partitioner."""
-        return self._explicit(ref, axes) or self._batch_rule(ref, axes)
+        return self._explicit(ref, axes, stage) or self._batch_rule(ref, axes)
 
-    def constraint(self, ref: Ref, axes: dict[str, int]) -> Spec | None:
-        """A sharding constraint to insert after ``ref``'s op (only where the plan asks for one)."""
-        return self._explicit(ref, axes) if ref in self.value_specs else None
+    def constraint(self, ref: Ref, axes: dict[str, int], stage: int | None = None) -> Spec | None:
+        """A sharding constraint to insert after ``ref``'s op (only where the plan asks for one; in
+        another stage than the op's own — a recomputed op — only where the spec fits)."""
+        return self._explicit(ref, axes, stage) if ref in self.value_specs else None
 
-    def _check_divides(self, spec: Spec, shape: tuple[int, ...], axes: dict[str, int], ref: Ref) -> None:
+    @staticmethod
+    def _divides(spec: Spec, shape: tuple[int, ...], axes: dict[str, int]) -> tuple[int, int] | None:
+        """The first (dim, shards) that ``spec`` does not split evenly; None when every dim divides."""
         for dim, entry in enumerate(spec):
             if entry is None:
                 continue
             n = int(np.prod([axes[a] for a in ((entry,) if isinstance(entry, str) else entry)]))
             if shape[dim] % n:
-                what = f"argument {ref[1]}" if ref[0] == ARG else f"op {ref[0]} result {ref[1]}"
-                raise InputError(f"the sharding {list(spec)} of {what} requires dim {dim} (size {shape[dim]}) "
-                                 f"to divide into {n} shards, but it does not")
+                return dim, n
+        return None
+
+    def _check_divides(self, spec: Spec, shape: tuple[int, ...], axes: dict[str, int], ref: Ref) -> None:
+        bad = self._divides(spec, shape, axes)
+        if bad is not None:
+            dim, n = bad
+            what = f"argument {ref[1]}" if ref[0] == ARG else f"op {ref[0]} result {ref[1]}"
+            raise InputError(f"the sharding {list(spec)} of {what} requires dim {dim} (size {shape[dim]}) "
+                             f"to divide into {n} shards, but it does not")
 
 
 def combine_rules(layouts: Layouts, mode: str) -> tuple[str, ...]:

@@ -38,7 +38,8 @@ def plan_document(artifact: Path, plan_dir: Path, stages: list[dict], *, data_ar
     """A plan for ``artifact`` to be saved in ``plan_dir``.
 
     ``mesh``: the plan mesh ``{axis: size}`` (default one ``device`` axis over ``devices``, which
-    default to the stages' devices in order); ``args``: ``{argument index: PartitionSpec entries}``;
+    default to the stages' devices in order; ``{}``: no axes, as :func:`planmap.plan.build.make_plan`
+    writes a plan of several sharded stages); ``args``: ``{argument index: PartitionSpec entries}``;
     ``values``: ``{(op id, result number): PartitionSpec entries}``.
     """
     if devices is None:
@@ -46,7 +47,7 @@ def plan_document(artifact: Path, plan_dir: Path, stages: list[dict], *, data_ar
         for st in stages:
             devices += [d for d in st["devices"] if d not in devices]
     devices = list(devices)
-    mesh = mesh or {"device": len(devices)}
+    mesh = {"device": len(devices)} if mesh is None else mesh
     return document(
         name=name, generator="planmap manual", objective=objective, variant=None, mode=mode,
         inputs=[plan_input("model", artifact, plan_dir)], data_args=data_args, mesh=list(mesh.items()),
