@@ -1,7 +1,8 @@
 """`planmap export --from jax|torch|tf` on the example models under examples/export/.
 
-torch (with torchax) and TensorFlow are optional: their tests skip when the framework is absent and run
-when it is installed. The exports must give the example MLP's FLOPs and parameters (the committed
+torch with torchax is the ``export`` extra (part of ``all``, so these tests run in CI); TensorFlow is not
+installable against the project's pins: its tests skip without it (tests/frontend/test_tf_fixture.py runs the
+committed TF export instead). The exports must give the example MLP's FLOPs and parameters (the committed
 fixtures, tests/fixtures/*_mlp.mlir, are the reference)."""
 
 from __future__ import annotations
