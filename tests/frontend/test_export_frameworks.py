@@ -61,3 +61,23 @@ def test_export_rejects_an_unknown_framework_and_a_missing_one(examples, tmp_pat
         assert main(["export", "--from", "tf", f"{examples / 'keras_mlp.py'}:model", "--arg", "f32[32,256]",
                      "-o", str(tmp_path / "k.mlir")]) == 1
         assert "tensorflow" in capsys.readouterr().err
+
+
+def test_tf_model_factories_are_called_and_forward_functions_are_not():
+    """``keras_mlp.py:model`` builds the model (call it); ``def forward(x)`` is the model (trace it)."""
+    from planmap.cli.frontend_cmds import _is_factory
+
+    def model():
+        return None
+
+    def configured(width=8, **kw):
+        return None
+
+    def forward(x):
+        return x
+
+    def many(*xs):
+        return xs
+
+    assert _is_factory(model) and _is_factory(configured)
+    assert not _is_factory(forward) and not _is_factory(many) and not _is_factory(len)
