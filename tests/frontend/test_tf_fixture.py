@@ -1,9 +1,10 @@
 """A real TensorFlow export, without TensorFlow: parse, solve and run the committed Keras fixture.
 
 tests/fixtures/keras_mlp.{mlir,mlirbc} were written by ``planmap export --from tf`` from
-examples/export/keras_mlp.py (command and versions: tests/fixtures/keras_mlp.PROVENANCE.md). The
-example MLP must come out with the JAX export's FLOPs and parameters, its inputs before its Keras
-variables, and the plan solved for it must run sharded and match the unsharded artifact.
+examples/export/keras_mlp.py, keras_mlp_savedmodel.mlir from that model saved as a SavedModel (commands and
+versions: tests/fixtures/keras_mlp.PROVENANCE.md). The example MLP must come out with the JAX export's FLOPs
+and parameters, its inputs before its Keras variables, and the plan solved for it must run sharded and match
+the unsharded artifact.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ spec:
 """
 
 
-@pytest.mark.parametrize("suffix, fmt", [(".mlir", "stablehlo"), (".mlirbc", "mlirbc")])
-def test_keras_export_is_the_example_mlp(fixtures_dir, models_dir, suffix, fmt):
-    path = fixtures_dir / f"keras_mlp{suffix}"
+@pytest.mark.parametrize("name, fmt", [("keras_mlp.mlir", "stablehlo"), ("keras_mlp.mlirbc", "mlirbc"),
+                                       ("keras_mlp_savedmodel.mlir", "stablehlo")])
+def test_keras_export_is_the_example_mlp(fixtures_dir, models_dir, name, fmt):
+    path = fixtures_dir / name
     assert detect_format(read_bytes(path)) == fmt
     g, jax_mlp = load_model(path), load_model(models_dir / "mlp.mlir")
     assert g.total_flops == jax_mlp.total_flops
