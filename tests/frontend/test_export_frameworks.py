@@ -81,3 +81,18 @@ def test_tf_model_factories_are_called_and_forward_functions_are_not():
 
     assert _is_factory(model) and _is_factory(configured)
     assert not _is_factory(forward) and not _is_factory(many) and not _is_factory(len)
+
+
+@pytest.mark.skipif(_missing("tensorflow"), reason="needs tensorflow")
+def test_export_a_tf_saved_model_directory(examples, fixtures_dir, tmp_path):
+    import tensorflow as tf
+
+    from planmap.cli.frontend_cmds import _import_file
+
+    net = _import_file(examples / "keras_mlp.py").model()
+    net(tf.zeros((32, 256)))
+    tf.saved_model.save(net, str(tmp_path / "sm"))
+    del net  # the export must hold the loaded SavedModel's variables itself
+    out = tmp_path / "sm.mlir"
+    assert main(["export", "--from", "tf", str(tmp_path / "sm"), "--arg", "f32[32,256]", "-o", str(out)]) == 0
+    _assert_is_the_mlp(out, fixtures_dir)
