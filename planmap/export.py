@@ -145,8 +145,9 @@ def tf(fn: Any, *example_args: Any, path: str | Path) -> Path:
 
     path = Path(path)
     kind = _suffix_kind(path, (".mlir", ".mlirbc"))
+    loaded = None  # a loaded SavedModel owns its variables: it must outlive the export of its signature
     if isinstance(fn, str | Path):
-        fn = tf_.saved_model.load(str(fn))
+        fn = loaded = tf_.saved_model.load(str(fn))
         if not callable(fn):  # a SavedModel with signatures only
             fn = fn.signatures["serving_default"]
     compiled = tf_.function(fn, jit_compile=True) if not hasattr(fn, "experimental_get_compiler_ir") else fn
@@ -156,4 +157,5 @@ def tf(fn: Any, *example_args: Any, path: str | Path) -> Path:
         data: bytes | str = re.sub(r'loc\("[^"]*":\d+:\d+\)', "loc(unknown)", ir(stage="stablehlo"))
     else:
         data = ir(stage="stablehlo_serialized")
+    del loaded
     return write_atomic(path, data)

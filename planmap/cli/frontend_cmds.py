@@ -185,6 +185,20 @@ def _abstract(obj: Any) -> Any:
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), obj)
 
 
+def _is_factory(obj: Any) -> bool:
+    """A plain Python function that takes no required argument builds the model (``keras_mlp.py:model``);
+    one that takes the inputs (``def forward(x)``), a ``tf.function`` or a Keras model is the model."""
+    import inspect
+
+    if not inspect.isfunction(obj):
+        return False
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(p.default is not p.empty or p.kind is p.VAR_KEYWORD for p in params)
+
+
 def _framework_model(framework: str, function: str) -> Any:
     """The object to export: a JAX function, a torch.nn.Module (or a zero-argument factory of one), or a
     TensorFlow function / Keras model (or factory) or a SavedModel directory."""
@@ -198,7 +212,7 @@ def _framework_model(framework: str, function: str) -> Any:
             obj = obj()
         if not isinstance(obj, torch.nn.Module):
             raise PlanmapError(f"{function!r} is not a torch.nn.Module nor a zero-argument function returning one")
-    elif framework == "tf" and isinstance(obj, type):
+    elif framework == "tf" and (isinstance(obj, type) or _is_factory(obj)):
         obj = obj()
     if not callable(obj):
         raise PlanmapError(f"{function!r} is not callable")

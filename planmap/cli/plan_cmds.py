@@ -9,9 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from planmap.cli.consoles import console
 from planmap.errors import PlanmapError
 
-out = Console(highlight=False, soft_wrap=True)
+# stderr carries the live progress line (a terminal only); reports go to stdout through console(), never cut.
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -69,6 +70,7 @@ def solve(
             f"kept the existing {plan_path}; the interrupted answer was not written (pass --write-interrupted, "
             "or -o a new path, to keep it)" if keep else f"wrote the interrupted answer to {plan_path}"))
         raise typer.Exit(interrupted)
+    out = console()
     if quiet:
         out.print(str(plan_path))
         return
@@ -123,6 +125,7 @@ def explain(
     solution = plan_mod.to_solution(problem, loaded.document)
     ev = evaluate(problem, solution)
     data = summary_data(problem, solution, ev, loaded.document, plan_path=None, wall=None)
+    out = console()
     if ev.spmd is not None and solution.shardings is not None:
         from planmap.sharding.solution import solution_mesh
         from planmap.sharding.summary import spmd_lines
@@ -151,6 +154,7 @@ def solvers() -> None:
     """List the solvers, the objectives each handles, and whether it is installed."""
     from planmap import solvers as registry
 
+    out = console()
     t = Table()
     for col in ("solver", "objectives", "available"):
         t.add_column(col)

@@ -12,10 +12,10 @@ from enum import StrEnum
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planmap.cli.consoles import consoles as _consoles
 from planmap.cli.exits import CHANGED
 from planmap.errors import PlanmapError
 
@@ -30,16 +30,6 @@ class CheckFormat(StrEnum):
     text = "text"
     json = "json"
     github = "github"
-
-
-def _consoles() -> tuple[Console, Console]:
-    """stdout and stderr consoles; not a terminal, they never wrap or cut (a table is as wide as its rows)."""
-    def make(stderr: bool) -> Console:
-        probe = Console(stderr=stderr)
-        width = None if probe.is_terminal else 100_000
-        return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
-
-    return make(False), make(True)
 
 
 def check(

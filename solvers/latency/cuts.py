@@ -42,7 +42,7 @@ memory held off the path only add time). Exactly evaluate's charges are used
 (:mod:`.data`); tests/solvers/latency/test_cuts.py checks every bound against every
 feasible placement of small graphs.
 
-The model uses them three ways (:func:`add_bound_rows`, :func:`reduce_allowed`):
+The model uses them four ways (:func:`add_bound_rows`, :func:`reduce_allowed`, :func:`probe_lower_bound`):
 
 * variable bounds and big-M values: the earliest finish of a node over its allowed devices, and its
   latest finish under the horizon;
@@ -51,6 +51,10 @@ The model uses them three ways (:func:`add_bound_rows`, :func:`reduce_allowed`):
   ``x[v, u]`` is 1;
 * presolve: a node cannot run on a device where ``through`` exceeds the horizon (the warm start's
   latency), nor where it does not fit the memory alone; those columns are never created.
+* probing (:func:`probe_lower_bound`): assuming the latency is at most ``L``, the same presolve run
+  without keeping any device per node refutes ``L`` when some node is left with none; bisection
+  between the sweep bound and the horizon gives a lower bound on ``T`` (branch and bound rarely
+  raises the sweep bound on the layer graphs, see the notes).
 
 :func:`add_slot_order_rows` adds one more family that needs no bounds: a value never flows from a
 later call of an accelerator back to an earlier one.
@@ -62,16 +66,19 @@ and did not help) are in ``docs/notes/latency-bounds.md``.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TimeBounds", "time_bounds", "memory_buckets", "reduce_allowed", "fits_alone", "add_bound_rows",
-           "add_slot_order_rows",
-           "FIX_MARGIN", "BUCKETS"]
+__all__ = ["TimeBounds", "time_bounds", "memory_buckets", "reduce_allowed", "probe_lower_bound", "fits_alone",
+           "add_bound_rows", "add_slot_order_rows", "FIX_MARGIN", "BUCKETS", "PROBES"]
 
 BUCKETS = 256  # memory resolution of the bounds, per device
 FIX_MARGIN = 1e-7  # relative: a device is ruled out only when its bound beats the horizon by this much
+PROBES = 8  # bisection steps of :func:`probe_lower_bound`
+PROBE_ROUNDS = 12  # propagation rounds per probe (each recomputes the bounds)
 
 
 @dataclass(frozen=True, eq=False)
@@ -331,6 +338,48 @@ def reduce_allowed(allowed: np.ndarray, horizon: float, bounds_of, rounds: int =
         allowed &= ~cut
         b = bounds_of(allowed)
     return allowed, b
+
+
+def _refutes(allowed: np.ndarray, level: float, bounds_of, rounds: int, deadline: float) -> bool:
+    """Whether propagation proves that no placement has latency at most ``level`` (model units)."""
+    a = allowed.copy()
+    b = bounds_of(a)
+    for _ in range(rounds):
+        cut = a & (b.through > level * (1.0 + FIX_MARGIN))
+        if not cut.any() or time.perf_counter() > deadline:
+            return False
+        a &= ~cut
+        if not a.any(axis=1).all():
+            return True
+        b = bounds_of(a)
+    return False
+
+
+def probe_lower_bound(allowed: np.ndarray, lower: float, upper: float, bounds_of, *, deadline: float = math.inf,
+                      probes: int = PROBES, rounds: int = PROBE_ROUNDS) -> float:
+    """A lower bound on every placement's latency at least ``lower``, by refuting "latency <= L" (model units).
+
+    A placement of latency at most ``L`` runs each node where ``through <= L`` (the bounds hold for every
+    placement the allowed pairs admit), so the other pairs can go; with fewer options the recomputed bounds
+    grow and more pairs go. When a node is left with no device, no placement reaches ``L``: the latency
+    exceeds it. Unlike :func:`reduce_allowed` (which keeps each node's best device so that the model stays
+    well posed) nothing is kept, and the result is only a number: the allowed pairs are not changed.
+
+    The search starts close to ``lower`` (the sweep bound), where refutation is likeliest and cheapest:
+    steps of ``(upper - lower) / 16`` that double while they are refuted, then bisection below the first
+    ``L`` that is not; it returns the largest ``L`` refuted within ``probes`` steps and ``deadline``
+    (``time.perf_counter()``), or ``lower`` when none is. ``upper`` is the horizon (a real placement's latency)."""
+    lo, hi = float(lower), float(upper)
+    step, galloping = (hi - lo) / 16.0, True
+    for _ in range(probes):
+        if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo * (1.0 + 1e-4) or time.perf_counter() > deadline:
+            break
+        level = min(lo + step, 0.5 * (lo + hi)) if galloping else 0.5 * (lo + hi)
+        if _refutes(allowed, level, bounds_of, rounds, deadline):
+            lo, step = level, 2.0 * step
+        else:
+            hi, galloping = level, False
+    return lo
 
 
 def add_bound_rows(m, dt, lin) -> None:

@@ -9,6 +9,7 @@ pairs, interchangeable devices). The placements the model starts from come from 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,11 +18,12 @@ from planmap.crossings import crossings
 from planmap.problem import Problem
 from planmap.vocabulary import Mode
 
-from .cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, reduce_allowed, time_bounds
+from .cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, probe_lower_bound, reduce_allowed, time_bounds
 
 __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "MEMORY_MARGIN"]
 
 MEMORY_MARGIN = 1e-6  # share of each device's memory kept free of backend tolerances
+PROBE_SECONDS = 5.0  # default time for the probing lower bound (:func:`.cuts.probe_lower_bound`)
 
 
 # --------------------------------------------------------------------------------------- data
@@ -59,6 +61,7 @@ class LatencyData:
     classes: tuple[tuple[int, ...], ...]  # interchangeable devices (symmetry breaking)
     bounds: TimeBounds | None = None  # placement-aware time bounds (see .cuts)
     lat_ub: np.ndarray | None = None  # (n,) upper bound on each node's finish time, model units
+    lower: float = 0.0  # lower bound on the latency, model units (sweep bound, raised by probing)
 
     @property
     def num_units(self) -> int:
@@ -137,12 +140,14 @@ def _colocated_allowed(allowed: np.ndarray, colocation: np.ndarray) -> np.ndarra
     return out
 
 
-def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = True) -> LatencyData:
+def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = True,
+            probe_seconds: float = PROBE_SECONDS) -> LatencyData:
     """The model's data; ``horizon`` (seconds) bounds the latency of solutions worth finding.
 
     With ``bounds`` (the default), placement-aware time bounds (:mod:`.cuts`) tighten the
     node time windows and rule out devices no placement under the horizon can use, so the model
     never creates their columns; without, the model is the plain formulation (tests compare both).
+    With a horizon, up to ``probe_seconds`` go to raising the latency's lower bound by probing.
     """
     g, topo, cost = problem.graph, problem.topology, problem.cost
     n, D = g.num_nodes, topo.num_devices
@@ -185,7 +190,7 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     working_set = cost.working_set.astype(float)
     param_use, param_bytes = (puse[:, 0], puse[:, 1]), g.value_bytes.astype(float) * cost.param_factor
     capacity = problem.capacity.astype(float)
-    tb, lat_ub = None, None
+    tb, lat_ub, lower = None, None, 0.0
     if bounds and n:
         ok = _colocated_allowed(allowed & fits_alone(node_mem, working_set, param_use, param_bytes, capacity, -1e-12),
                                 cls)
@@ -202,6 +207,9 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
             if reduced.any(axis=1).all():  # else nothing beats the horizon: the MIP proves it
                 allowed = reduced
         tb = bounds_of(allowed)
+        lower = float(np.where(allowed, tb.through, np.inf).min(axis=1).max())
+        if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
+            lower = probe_lower_bound(allowed, lower, H, bounds_of, deadline=time.perf_counter() + probe_seconds)
         fin = np.where(allowed, tb.finish, np.inf).min(axis=1)
         head = np.maximum(head, np.where(np.isfinite(fin), fin, head))
         after = np.where(allowed, tb.tail_fin, np.inf).min(axis=1)
@@ -213,7 +221,7 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
         edges=(np.asarray(g.node_edges[0], np.int64), np.asarray(g.node_edges[1], np.int64)),
         head=head, node_mem=node_mem, working_set=working_set, param_use=param_use, param_bytes=param_bytes,
         capacity=capacity, colocated=colocated, classes=tuple(interchangeable_devices(problem)),
-        bounds=tb, lat_ub=lat_ub,
+        bounds=tb, lat_ub=lat_ub, lower=lower,
     )
 
 

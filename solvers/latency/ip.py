@@ -54,7 +54,7 @@ from .. import mip, mip_backends
 from ..mip_model import by_second, lin, new_model
 from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
-from .data import MEMORY_MARGIN, LatencyData, charge_levels, interchangeable_devices, prepare
+from .data import MEMORY_MARGIN, PROBE_SECONDS, LatencyData, charge_levels, interchangeable_devices, prepare
 from .extract import extract
 from .report import NAME, _certificate_fields, _interrupted
 from .search import neighbourhood_search
@@ -65,21 +65,23 @@ __all__ = ["LatencyIP", "LatencyData", "prepare", "build_model", "load_warm_star
 
 LNS_MIN_NODES = 60  # below this the MIP alone is fast enough
 LNS_SHARE = 0.5  # share of the time the full MIP gets before neighbourhood search takes over
+PROBE_SHARE = 0.1  # share of the time limit the probing lower bound may take
 
 
 # -------------------------------------------------------------------------------------- model
 def build_model(problem: Problem, *, horizon: float | None = None, data: LatencyData | None = None,
-                cuts: bool = True):
+                cuts: bool = True, probe_seconds: float = PROBE_SECONDS):
     """The latency IP of ``problem`` as a Pyomo ``ConcreteModel`` (times in ``model.time_unit`` s).
 
     ``horizon`` (seconds) caps the latency (usually the warm start's): the optimum is kept as long as
     some placement reaches it, and every big-M shrinks to it. ``cuts=False`` builds the plain model
     (no time bounds, bound rows, slot-order rows or presolve) — the same optimum, proved slower; it
-    is ignored when ``data`` (from :func:`prepare`) is given.
+    is ignored when ``data`` (from :func:`prepare`) is given. ``probe_seconds`` caps the probing that raises
+    the latency's lower bound (with a horizon; see :func:`.cuts.probe_lower_bound`).
     """
     import pyomo.environ as pyo
 
-    dt = data if data is not None else prepare(problem, horizon, bounds=cuts)
+    dt = data if data is not None else prepare(problem, horizon, bounds=cuts, probe_seconds=probe_seconds)
     n, S, U, D = dt.n, dt.num_slots, dt.num_units, problem.num_devices
     H = dt.horizon
     unit_dev = dt.unit_dev
@@ -118,7 +120,7 @@ def build_model(problem: Problem, *, horizon: float | None = None, data: Latency
     lat_ub = dt.lat_ub if dt.lat_ub is not None else np.full(n, H)
     t_lb = float(dt.head.max()) if n else 0.0
     if dt.bounds is not None and n:
-        t_lb = max(t_lb, float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()))
+        t_lb = max(t_lb, float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()), dt.lower)
     m.T = pyo.Var(bounds=(min(t_lb, H), H), doc="latency")
 
     def _lat_bounds(m, v):
@@ -430,7 +432,8 @@ class LatencyIP:
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
         tb = time.perf_counter()
         try:
-            model = build_model(problem, horizon=start_latency, cuts=self.cuts)
+            model = build_model(problem, horizon=start_latency, cuts=self.cuts,
+                                probe_seconds=PROBE_SHARE * options.time_limit)
         except KeyboardInterrupt:
             if start is None or start_latency is None:
                 raise

@@ -1,7 +1,8 @@
 """`planmap export --from jax|torch|tf` on the example models under examples/export/.
 
-torch (with torchax) and TensorFlow are optional: their tests skip when the framework is absent and run
-when it is installed. The exports must give the example MLP's FLOPs and parameters (the committed
+torch with torchax is the ``export`` extra (part of ``all``, so these tests run in CI); TensorFlow is not
+installable against the project's pins: its tests skip without it (tests/frontend/test_tf_fixture.py runs the
+committed TF export instead). The exports must give the example MLP's FLOPs and parameters (the committed
 fixtures, tests/fixtures/*_mlp.mlir, are the reference)."""
 
 from __future__ import annotations
@@ -60,3 +61,38 @@ def test_export_rejects_an_unknown_framework_and_a_missing_one(examples, tmp_pat
         assert main(["export", "--from", "tf", f"{examples / 'keras_mlp.py'}:model", "--arg", "f32[32,256]",
                      "-o", str(tmp_path / "k.mlir")]) == 1
         assert "tensorflow" in capsys.readouterr().err
+
+
+def test_tf_model_factories_are_called_and_forward_functions_are_not():
+    """``keras_mlp.py:model`` builds the model (call it); ``def forward(x)`` is the model (trace it)."""
+    from planmap.cli.frontend_cmds import _is_factory
+
+    def model():
+        return None
+
+    def configured(width=8, **kw):
+        return None
+
+    def forward(x):
+        return x
+
+    def many(*xs):
+        return xs
+
+    assert _is_factory(model) and _is_factory(configured)
+    assert not _is_factory(forward) and not _is_factory(many) and not _is_factory(len)
+
+
+@pytest.mark.skipif(_missing("tensorflow"), reason="needs tensorflow")
+def test_export_a_tf_saved_model_directory(examples, fixtures_dir, tmp_path):
+    import tensorflow as tf
+
+    from planmap.cli.frontend_cmds import _import_file
+
+    net = _import_file(examples / "keras_mlp.py").model()
+    net(tf.zeros((32, 256)))
+    tf.saved_model.save(net, str(tmp_path / "sm"))
+    del net  # the export must hold the loaded SavedModel's variables itself
+    out = tmp_path / "sm.mlir"
+    assert main(["export", "--from", "tf", str(tmp_path / "sm"), "--arg", "f32[32,256]", "-o", str(out)]) == 0
+    _assert_is_the_mlp(out, fixtures_dir)
