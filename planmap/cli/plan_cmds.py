@@ -128,7 +128,8 @@ def explain(
         from planmap.sharding.summary import spmd_lines
 
         names = tuple(n for n, _ in solution.shardings.mesh_axes)
-        data["sharding"] = list(spmd_lines(solution_mesh(problem, solution), names, ev.spmd))
+        data["sharding"] = list(spmd_lines(solution_mesh(problem, solution), names, ev.spmd,
+                                           zero=solution.shardings.zero))
     if png is not None:
         from planmap.explain import draw
 

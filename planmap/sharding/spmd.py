@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from planmap.sharding.strategies import strategy_collectives
 from planmap.sharding.tables import ShardingTables
 
 __all__ = ["SpmdEvaluation", "evaluate_spmd", "Propagation", "propagate", "compress", "tables_for", "data_axes",
-           "zero_param_bytes", "reshards_per_layout"]
+           "zero_param_bytes", "zero_tables", "reshards_per_layout"]
 
 
 def tables_for(problem: Any, mesh: LogicalMesh) -> ShardingTables:
@@ -286,6 +286,28 @@ def reshards_per_layout(tables: ShardingTables, value_specs: Mapping[int, Spec],
         for key, kinds in moves.items():
             seen.setdefault(key, kinds)
     return Counter(c for kinds in seen.values() for c in kinds)
+
+
+def zero_tables(tables: ShardingTables, zero: int) -> ShardingTables:
+    """``tables`` with the parameters' memory of ZeRO stage ``zero`` (training; 0: the tables themselves),
+    taking every mesh axis a parameter's spec does not use as a data axis (a layout that splits the batch
+    over fewer axes holds more: :func:`zero_param_bytes` is exact, this is what the IP's memory rows see)."""
+    t = tables
+    if zero <= 0 or t.mode != "training":
+        return t
+    states = OPTIMIZER_STATES[t.optimizer]
+    memory = list(t.memory)
+    for pos, a in enumerate(t.graph.args):
+        if a.role == "param":
+            u = t.num_ops + pos
+            sh = np.prod(np.where(np.asarray(t.sets[u].out) >= 0, np.asarray(t.mesh.axis_sizes), 1),
+                         axis=1).astype(float)
+            extra = t.mesh.num_devices / sh
+            held = float(t.graph.value_bytes[a.value]) / sh
+            col = held * (1.0 + (1.0 / extra if zero >= 2 else 1.0) + states / extra)
+            col.setflags(write=False)
+            memory[u] = col
+    return replace(t, memory=tuple(memory))
 
 
 def evaluate_spmd(tables: ShardingTables, value_specs: Mapping[int, Spec], *, zero: int = 0) -> SpmdEvaluation:

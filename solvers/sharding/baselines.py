@@ -2,6 +2,7 @@
 
 Each fixes a few argument specs (and nothing else) and lets the default propagation of
 :mod:`planmap.sharding.spmd` lay out every op; the result is judged by :func:`planmap.evaluate.evaluate`.
+A training layout that does not fit memory takes the lowest ZeRO stage under which it does (:func:`with_zero`).
 
 * ``data-parallel``: a 1-D mesh over all accelerators; data arguments split on their batch dim (dim 0),
   parameters replicated.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -34,7 +36,7 @@ from planmap.sharding.solution import spmd_solution, tables_cache
 from planmap.sharding.spmd import Propagation
 
 __all__ = ["DataParallel", "FSDP", "Megatron", "data_parallel", "fsdp", "megatron", "meshes_or_raise",
-           "BASELINES"]
+           "BASELINES", "with_zero", "ZERO_STAGES"]
 
 VERSION = "1"
 _PASS_THROUGH = frozenset({"stablehlo.convert", "stablehlo.transpose", "stablehlo.reshape", "stablehlo.copy",
@@ -122,12 +124,30 @@ def _specs_upstream(tables: ShardingTables, v: int, spec: Spec) -> list[tuple[in
     return out
 
 
+ZERO_STAGES = (0, 1, 2)  # ZeRO stage 3 is a layout (parameter specs over the data axis: ``fsdp``), not a flag
+
+
+def with_zero(problem: Problem, sol: Solution, ev: Evaluation) -> tuple[Solution, Evaluation]:
+    """The lowest ZeRO stage under which an SPMD training solution fits memory (stage 0 when it fits as it
+    is, or in inference; the last stage tried when none fits). ZeRO-1/2 change the memory only in this
+    model (their reduce-scatter + all-gather moves what the all-reduce moved), so the lowest stage that fits
+    is the cheapest choice, and fewer shards keep the plan simplest."""
+    if ev.feasible or problem.mode != "training" or sol.shardings is None:
+        return sol, ev
+    for zero in ZERO_STAGES[1:]:
+        sol = replace(sol, shardings=replace(sol.shardings, zero=zero))
+        ev = evaluate(problem, sol)
+        if ev.feasible:
+            break
+    return sol, ev
+
+
 def _finish(problem: Problem, tables: ShardingTables, overrides: dict[int, Spec], name: str,
             t0: float) -> tuple[Solution, Evaluation]:
     layout = _replicated_closure(tables, gradient_layouts(tables, overrides))
     sol = spmd_solution(problem, tables, propagate(tables, layout),
                         Certificate(Status.HEURISTIC, name, version=VERSION))
-    ev = evaluate(problem, sol)
+    sol, ev = with_zero(problem, sol, evaluate(problem, sol))
     return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0), ev
 
 
