@@ -254,37 +254,37 @@ def zero_param_bytes(tables: ShardingTables, specs: Mapping[int, Spec], zero: in
 
 
 def _reshards(t: ShardingTables, i: int, s: int, rows: np.ndarray):
-    """(value, target assignment, kind, axes, bytes) of every reshard collective op ``i`` pays under
-    strategy ``s``: its operands into the strategy's input specs, its gradient results into their
-    parameters' layouts."""
+    """(move, value, target assignment, kind, axes, bytes) of every reshard collective op ``i`` pays under
+    strategy ``s``: its operands into the strategy's input specs (``move``: the edge), its gradient results
+    into their parameters' layouts (``move``: -1 - value)."""
     for e in range(int(t.edge_ptr[i]), int(t.edge_ptr[i + 1])):
         v, k = int(t.edge_value[e]), int(t.edge_pos[e])
         p_asg, q_asg = t.out_specs[int(t.value_unit[v])][rows[v]], t.sets[i].inputs[k][s]
         for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
-            yield v, tuple(np.asarray(q_asg).tolist()), kind, axes, round(b)
+            yield e, v, tuple(np.asarray(q_asg).tolist()), kind, axes, round(b)
     for v in t.unit_values(i):
         if v in t.grad_param:  # the gradient ends in its parameter's layout
             p_asg, q_asg = t.out_specs[i][rows[v]], t.out_specs[t.grad_param[v]][rows[_param_value(t, v)]]
             for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
-                yield v, tuple(np.asarray(q_asg).tolist()), kind, axes, round(b)
+                yield -1 - v, v, tuple(np.asarray(q_asg).tolist()), kind, axes, round(b)
 
 
 def reshards_per_layout(tables: ShardingTables, value_specs: Mapping[int, Spec], choice: np.ndarray, *,
                         once: bool = True) -> Counter:
     """``{(kind, bytes): count}`` of the reshard collectives of a layout (``choice``: the strategy per op,
     as :func:`evaluate_spmd` takes it); with ``once``, every value moved into one layout counts once,
-    however many consumers want it there. XLA's common-subexpression pass merges such repeated reshards
-    (a parameter gathered for its forward and backward use is gathered once); the cost model charges
-    every use (``once=False``)."""
+    however many consumers (or operand slots of one consumer) want it there. XLA's common-subexpression
+    pass merges such repeated reshards (a parameter gathered for its forward and backward use is gathered
+    once); the cost model charges every use (``once=False``)."""
     t = tables
     rows = _rows(t, value_specs)
-    seen: dict[tuple, list[tuple[str, int]]] = {}
+    moves: dict[int, tuple[tuple, list[tuple[str, int]]]] = {}
     for i in range(t.num_ops):
-        moves: dict[tuple, list[tuple[str, int]]] = {}
-        for v, target, kind, _, b in _reshards(t, i, int(choice[i]), rows):
-            moves.setdefault((v, target) if once else (v, target, i), []).append((kind, b))
-        for key, kinds in moves.items():
-            seen.setdefault(key, kinds)
+        for move, v, target, kind, _, b in _reshards(t, i, int(choice[i]), rows):
+            moves.setdefault(move, ((v, target) if once else (move,), []))[1].append((kind, b))
+    seen: dict[tuple, list[tuple[str, int]]] = {}
+    for key, kinds in moves.values():
+        seen.setdefault(key, kinds)
     return Counter(c for kinds in seen.values() for c in kinds)
 
 
@@ -336,7 +336,7 @@ def evaluate_spmd(tables: ShardingTables, value_specs: Mapping[int, Spec], *, ze
         peak = max(peak, float(t.working[i][s]))
         for kind, axes, b in strategy_collectives(t.sets[i], s, t.mesh, float(t.graph.out_bytes[i])):
             coll[(kind, axes, round(b))] += 1
-        for _, _, kind, axes, b in _reshards(t, i, s, rows):
+        for _, _, _, kind, axes, b in _reshards(t, i, s, rows):
             coll[(kind, axes, b)] += 1
     params = data = 0.0
     for pos, a in enumerate(t.graph.args):
