@@ -38,22 +38,30 @@ B, S, D, H, F = 8, 16, 64, 4, 256
 
 
 def block(params, x):
-    """One pre-norm-free transformer block: 4-head self-attention and a tanh MLP, with residuals."""
+    """One pre-norm-free transformer block: multi-head self-attention and a tanh MLP, with residuals (the
+    head count is the first weight's column count over the head size)."""
     wq, wk, wv, wo, w1, w2 = params
+    b, s, d = x.shape
+    h = HEADS[d]
 
     def heads(t):
-        return t.reshape(B, S, H, D // H)
+        return t.reshape(b, s, h, d // h)
 
     q, k, v = heads(x @ wq), heads(x @ wk), heads(x @ wv)
-    a = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / (D // H) ** 0.5, axis=-1)
-    x = x + jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(B, S, D) @ wo
+    a = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / (d // h) ** 0.5, axis=-1)
+    x = x + jnp.einsum("bhqk,bkhd->bqhd", a, v).reshape(b, s, d) @ wo
     return x + jnp.tanh(x @ w1) @ w2
 
 
-def export(tmp_path, train: bool):
+HEADS = {D: H, 2048: 16}  # model width -> heads
+
+
+def export(tmp_path, train: bool, dims: tuple[int, int, int, int] = (B, S, D, F)):
+    """The block's forward pass or its training step (value and grad of a mean-squared loss), exported."""
+    b, s, d, f = dims
     f32 = jnp.float32
-    params = [jax.ShapeDtypeStruct(s, f32) for s in [(D, D)] * 4 + [(D, F), (F, D)]]
-    xs = jax.ShapeDtypeStruct((B, S, D), f32)
+    params = [jax.ShapeDtypeStruct(shape, f32) for shape in [(d, d)] * 4 + [(d, f), (f, d)]]
+    xs = jax.ShapeDtypeStruct((b, s, d), f32)
     path = tmp_path / "block.mlir"
     if train:
         step = jax.value_and_grad(lambda params, x, y: jnp.mean((block(params, x) - y) ** 2))
