@@ -36,9 +36,9 @@ a reduction whose operand is split on a kept dim and whose result is pinned repl
 of a column-split layer under Megatron, mlp_train): the model gathers the operand and reduces it, XLA
 reduces the shard and gathers the smaller result; the tied embedding/head weight gradient under data
 parallel (gpt_train): the model all-reduces the partial sums of the batch-split contraction, XLA gathers
-the batch activation (262144 B) for that one op instead. The other gpt/gpt_train Megatron rows (small
-all-reduces and all-gathers around layer norms, two collective-permutes) are of the same kind and were
-not traced one by one. Pinning strategies would need per-operand layouts in the plan format."""
+the batch activation (262144 B) for that one op instead. The gpt_train Megatron rows (small all-reduces
+and all-gathers around layer norms, two collective-permutes) look of the same kind but were not traced
+one by one. Pinning strategies would need per-operand layouts in the plan format."""
 
 MODELS = ROOT / "specs" / "models"
 
