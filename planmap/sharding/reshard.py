@@ -54,7 +54,7 @@ def reshard_collectives(producer: Sequence[int], required: Sequence[int], nbytes
     if b <= 0:
         return ()
     gathers: dict[int, list[int]] = {}
-    out = []
+    out: list[tuple[str, tuple[int, ...], float]] = []
     for a, (pa, qa) in enumerate(zip(producer, required, strict=True)):
         if mesh.axis_sizes[a] <= 1:
             continue
