@@ -39,7 +39,7 @@ def evaluate_spmd_solution(problem: Problem, solution: Solution) -> Evaluation:
         tables, specs = layout_of(problem, solution)
     except ValueError as e:
         return _invalid(problem, solution, str(e))
-    ev = evaluate_spmd(tables, specs)
+    ev = evaluate_spmd(tables, specs, zero=solution.shardings.zero if solution.shardings is not None else 0)
     D = problem.topology.num_devices
     devs = list(tables.mesh.devices)
     violations: list[str] = []

@@ -116,12 +116,14 @@ class Shardings:
     """SPMD decisions: a mesh and PartitionSpecs (one entry per tensor dim: None, an axis or axes).
 
     ``args``: argument index -> spec; ``values``: (node id of the original graph, result number)
-    -> spec for a sharding constraint on that op result.
+    -> spec for a sharding constraint on that op result; ``zero``: the ZeRO stage of a training step
+    (0 none, 1 optimizer state, 2 also gradients sharded over the data axes; 3 is parameter specs).
     """
 
     mesh_axes: tuple[tuple[str, int], ...]
     args: dict[int, tuple] = field(default_factory=dict)
     values: dict[tuple[int, int], tuple] = field(default_factory=dict)
+    zero: int = 0
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,7 +5,8 @@ XLA emits for the sharded program: every ``all-reduce``, ``all-gather``, ``reduc
 ``all-to-all`` and ``collective-permute`` instruction (async ``-start`` forms count once, their
 ``-done`` halves not), with the per-device bytes of each tensor it produces. A combined collective
 (XLA's all-reduce combiner puts several tensors in one tuple) counts once per tensor, and says how many
-tensors it combined.
+tensors it combined. An ``all-to-all`` in tuple form (one operand per peer, as XLA's CPU backend emits
+it) is one exchange: it counts once, with the bytes of all its pieces.
 """
 
 from __future__ import annotations
@@ -47,12 +48,22 @@ def hlo_collectives(text: str) -> list[HloCollective]:
                    if dt in _BYTES]
         if m["start"] and m["type"].startswith("(") and len(tensors) >= 2 and m["op"] != "all-reduce":
             tensors = tensors[len(tensors) // 2:]  # async start: (operands..., results...)
+        if m["op"] == "all-to-all" and len(tensors) > 1 and len({dt for dt, _ in tensors}) == 1:
+            # the tuple form sends one piece per peer: one exchange of one tensor of all the pieces' bytes
+            tensors = [(tensors[0][0], (sum(_numel(shape) for _, shape in tensors),))]
         for dt, shape in tensors:
             n = _BYTES[dt]
             for d in shape:
                 n *= d
             out.append(HloCollective(m["op"], dt, shape, n, len(tensors)))
     return out
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def summarise(items: list[HloCollective]) -> dict[tuple[str, int], int]:

@@ -131,7 +131,8 @@ def explain(
         from planmap.sharding.summary import spmd_lines
 
         names = tuple(n for n, _ in solution.shardings.mesh_axes)
-        data["sharding"] = list(spmd_lines(solution_mesh(problem, solution), names, ev.spmd))
+        data["sharding"] = list(spmd_lines(solution_mesh(problem, solution), names, ev.spmd,
+                                           zero=solution.shardings.zero))
     elif ev.stages:
         from planmap.explain import stage_summary
 

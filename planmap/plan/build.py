@@ -105,10 +105,12 @@ def stage_mesh(axes: Sequence[tuple[str, int]]) -> StageMesh | None:
 
 
 def shardings_doc(args: Mapping[int, Sequence], values: Mapping[tuple[int, int], Sequence], *,
-                  arg_names: dict[int, str] | None = None, op_names: Sequence[str] | None = None) -> ShardingsDoc:
+                  arg_names: dict[int, str] | None = None, op_names: Sequence[str] | None = None,
+                  zero: int = 0) -> ShardingsDoc:
     """PartitionSpecs by argument index and by (op id, result number), sorted, with names for reading."""
     arg_names = arg_names or {}
     return ShardingsDoc(
+        zero=zero,
         args=[ShardingEntry(arg=i, name=arg_names.get(i, ""), spec=_spec_entry(s)) for i, s in sorted(args.items())],
         values=[ShardingEntry(op=op, result=r, name="" if op_names is None else op_names[op], spec=_spec_entry(s))
                 for (op, r), s in sorted(values.items())])
@@ -153,7 +155,7 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
         mesh_axes, mesh_devices = [("device", topo.num_devices)], list(topo.names)
     shardings = ShardingsDoc() if sh is None else shardings_doc(
         sh.args, sh.values, arg_names={a.index: a.name for a in problem.original.args},
-        op_names=problem.original.op_name)
+        op_names=problem.original.op_name, zero=sh.zero)
     cert = solution.certificate
     cap = evaluation.capacity
     predicted = Predicted(
@@ -219,7 +221,7 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
             args={e.arg: tuple(tuple(x) if isinstance(x, list) else x for x in e.spec)
                   for e in doc.shardings.args if e.arg is not None},
             values={(e.op, e.result): tuple(tuple(x) if isinstance(x, list) else x for x in e.spec)
-                    for e in doc.shardings.values if e.op is not None})
+                    for e in doc.shardings.values if e.op is not None}, zero=doc.shardings.zero)
     status = Status(doc.solver.status) if doc.solver.status in {s.value for s in Status} else Status.HEURISTIC
     cert = Certificate(status, doc.solver.name, version=doc.solver.version, backend=doc.solver.backend,
                        objective=None if doc.solver.objective_ns is None else doc.solver.objective_ns * 1e-9,

@@ -104,6 +104,9 @@ class ShardingEntry(_Doc):
 class ShardingsDoc(_Doc):
     args: list[ShardingEntry] = Field(default_factory=list, description="Argument shardings.")
     values: list[ShardingEntry] = Field(default_factory=list, description="Sharding constraints on op results.")
+    zero: int = Field(default=0, ge=0, le=3, description=(
+        "ZeRO stage of a training plan: 1 shards the optimizer state, 2 also the gradients, over the data axes "
+        "a parameter's spec does not use; 3 (parameters too) is written as parameter specs. Absent: 0."))
 
 
 class ScheduleDoc(_Doc):
@@ -237,6 +240,8 @@ def _body(doc: PlanDocument) -> str:
         st = {k: v for k, v in st.items() if not (k == "mesh" and v is None) and not (k == "layers" and not v)}
         out.append(f"  - {_flow(st)}")
     out.append("shardings:")
+    if d["shardings"].get("zero"):
+        out.append(f"  zero: {d['shardings']['zero']}")
     for part in ("args", "values"):
         entries = d["shardings"][part]
         if not entries:

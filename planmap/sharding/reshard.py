@@ -3,7 +3,8 @@
 Axis by axis (specs in assignment form: per mesh axis, the dim it splits or -1):
 
 * same dim (or both unsplit) → free;
-* P splits dim i, Q does not use the axis → all-gather over the axis;
+* P splits dim i, Q does not use the axis → all-gather over the axis (listed as one collective per
+  gathered dim, over all its axes, as XLA emits it);
 * P does not use the axis, Q splits dim j → free (each device slices its part locally);
 * P splits dim i, Q splits dim j ≠ i → all-to-all over the axis.
 
@@ -46,15 +47,22 @@ def reshard_matrix(producer: np.ndarray, required: np.ndarray, nbytes: float, me
 
 def reshard_collectives(producer: Sequence[int], required: Sequence[int], nbytes: float,
                         mesh: LogicalMesh) -> tuple[tuple[str, tuple[int, ...], float], ...]:
-    """The ``(kind, (axis,), bytes)`` collectives of one reshard (one per axis that moves data)."""
+    """The ``(kind, axes, bytes)`` collectives of one reshard: one all-gather per dim that is gathered (over
+    every axis that split it, as XLA gathers a dim in one collective over the product of its axes; its cost
+    is still the sum of the per-axis terms), one all-to-all per axis that moves a split to another dim."""
     b = float(_per_device(nbytes, np.asarray(required), mesh.axis_sizes))
-    out = []
+    if b <= 0:
+        return ()
+    gathers: dict[int, list[int]] = {}
+    out: list[tuple[str, tuple[int, ...], float]] = []
     for a, (pa, qa) in enumerate(zip(producer, required, strict=True)):
+        if mesh.axis_sizes[a] <= 1:
+            continue
         if pa >= 0 and qa < 0:
-            out.append(("all-gather", (a,), b))
+            gathers.setdefault(int(pa), []).append(a)
         elif pa >= 0 and pa != qa:
             out.append(("all-to-all", (a,), b))
-    return tuple(c for c in out if mesh.axis_sizes[c[1][0]] > 1 and b > 0)
+    return tuple([("all-gather", tuple(axes), b) for _, axes in sorted(gathers.items())] + out)
 
 
 class ReshardCache:

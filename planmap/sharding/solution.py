@@ -2,9 +2,11 @@
 
 An SPMD solution is one stage over the mesh's devices (in row-major mesh order) with every node of
 the problem's graph on it, and :class:`~planmap.problem.Shardings` holding the plan's view of the
-layout: mesh axes by name, PartitionSpec entries of every argument that is not replicated
-(``args``, by argument index) and of the op results that differ from the default propagation
-(``values``, by (op id of the original graph, result number)) — :func:`~planmap.sharding.spmd.compress`.
+layout: mesh axes by name, PartitionSpec entries of every argument that is not replicated (``args``,
+by argument index) and of every op result (``values``, by (op id of the original graph, result
+number)) — :func:`pinned_layout`.
+Plans that record fewer values (the :func:`~planmap.sharding.spmd.compress`-ed overrides of older
+plans, or hand-written ones) are completed by :func:`~planmap.sharding.spmd.propagate`.
 
 Axis names say what an axis does (:func:`axis_names`), the same for every SPMD solver: ``data``
 splits the batch dim of data arguments, ``tensor`` splits parameters but no data, ``fsdp`` both;
@@ -21,11 +23,11 @@ import numpy as np
 
 from planmap.sharding.mesh import LogicalMesh
 from planmap.sharding.specs import Spec, from_partition_spec, is_valid, partition_spec, replicated
-from planmap.sharding.spmd import compress, propagate
+from planmap.sharding.spmd import propagate
 from planmap.sharding.tables import ShardingTables, graph_outputs
 
 __all__ = ["TablesCache", "tables_cache", "axis_names", "spmd_solution", "solution_mesh", "solution_overrides",
-           "layout_of"]
+           "layout_of", "pinned_layout"]
 
 
 class TablesCache:
@@ -81,10 +83,9 @@ def spmd_solution(problem: Any, tables: ShardingTables, specs: Mapping[int, Spec
     g, mesh = tables.graph, tables.mesh
     names = axis_names(tables, specs)
     axes = tuple(zip(names, mesh.axis_sizes, strict=True))
-    over = compress(tables, specs)
     arg_of = {a.value: a.index for a in g.args}
     args, values = {}, {}
-    for v, spec in sorted(over.items()):
+    for v, spec in sorted(pinned_layout(tables, specs).items()):
         entries = tuple(tuple(e) if isinstance(e, list) else e for e in partition_spec(spec, names))
         if v in arg_of:
             args[arg_of[v]] = entries
@@ -93,6 +94,20 @@ def spmd_solution(problem: Any, tables: ShardingTables, specs: Mapping[int, Spec
     stage = Stage(tuple(int(d) for d in mesh.devices), axes)
     return Solution(np.zeros(problem.graph.num_nodes, np.int32), (stage,), certificate,
                     microbatches=problem.microbatches, shardings=Shardings(axes, args, values))
+
+
+def pinned_layout(tables: ShardingTables, specs: Mapping[int, Spec]) -> dict[int, Spec]:
+    """What a plan records of a complete layout: every argument that is not replicated (the runtime
+    replicates the others: axis names say ``data`` only where data arguments are split) and every op
+    result (each result of each op). The runtime pins each recorded value with a sharding constraint, so
+    the compiled program follows the layout the plan was costed with instead of the partitioner's own
+    propagation, which differs from :func:`propagate` wherever costs tie or the cost models disagree
+    (the :func:`compress`-ed overrides alone reproduce the layout only under planmap's propagation)."""
+    out = {a.value: specs[a.value] for a in tables.graph.args if specs[a.value] != replicated(a.type.rank)}
+    for i in range(tables.num_ops):
+        for v in tables.unit_values(i):
+            out[v] = specs[v]
+    return out
 
 
 def solution_mesh(problem: Any, solution: Any) -> LogicalMesh:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from planmap.sharding.strategies import strategy_collectives
 from planmap.sharding.tables import ShardingTables
 
 __all__ = ["SpmdEvaluation", "evaluate_spmd", "Propagation", "propagate", "compress", "tables_for", "data_axes",
-           "zero_param_bytes"]
+           "zero_param_bytes", "zero_tables", "reshards_per_layout"]
 
 
 def tables_for(problem: Any, mesh: LogicalMesh) -> ShardingTables:
@@ -109,8 +109,8 @@ def _spec_of(t: ShardingTables, u: int, row: int, v: int) -> Spec:
 
 
 class Propagation:
-    """The default layout (:func:`propagate`) kept up to date while argument specs are set one at a time:
-    setting an argument's spec recomputes only the ops whose operands' specs change, in topological order
+    """The default layout (:func:`propagate`) kept up to date while overrides are set and cleared: a
+    change recomputes only the ops whose operands' specs (or own override) change, in topological order
     (the Megatron baseline decides parameter specs in op order, each from the layout so far)."""
 
     def __init__(self, tables: ShardingTables, overrides: Mapping[int, Spec] | None = None) -> None:
@@ -122,6 +122,8 @@ class Propagation:
         for v, i in zip(t.edge_value.tolist(), t.edge_dst.tolist(), strict=True):
             if i < t.num_ops:  # a gradient's edge into its parameter's unit: the parameter's spec does not follow
                 consumers[v].append(i)
+        for grad, u in t.grad_param.items():  # the op computing a gradient pays its move into the parameter's spec
+            consumers[t.unit_values(u)[0]].append(int(t.value_unit[grad]))
         self._consumers = consumers
         self.rows = np.zeros(t.graph.num_values, np.int64)
         for pos, a in enumerate(t.graph.args):
@@ -137,14 +139,28 @@ class Propagation:
             row = int(self.tables.out_index[i][int(np.argmin(own + moves))])
         return row
 
-    def set_argument(self, value: int, spec: Spec) -> None:
-        """Give argument ``value`` the spec ``spec`` and update every op downstream of it."""
+    def update(self, changes: Mapping[int, Spec | None]) -> None:
+        """Set (a spec) or clear (None: replicated for an argument, the default for an op result) the
+        overrides of any values, then update every op downstream of them once, in topological order."""
         t = self.tables
-        row = _row(t, int(t.value_unit[value]), spec, value)
-        if row == self.rows[value]:
-            return
-        self.rows[value] = row
-        dirty = list(self._consumers[value])
+        dirty: list[int] = []
+        for v, spec in changes.items():
+            u = int(t.value_unit[v])
+            if u >= t.num_ops:
+                row = _row(t, u, spec if spec is not None else replicated(len(t.shapes[v])), v)
+                if row != self.rows[v]:
+                    self.rows[v] = row
+                    dirty += self._consumers[v]
+            else:
+                if spec is None:
+                    self._fixed.pop(u, None)
+                else:
+                    self._fixed[u] = _row(t, u, spec, v)
+                dirty.append(u)
+        self._settle(dirty)
+
+    def _settle(self, dirty: list[int]) -> None:
+        t = self.tables
         heapq.heapify(dirty)
         done = -1
         while dirty:
@@ -159,6 +175,12 @@ class Propagation:
                 for v in vals:
                     for c in self._consumers[v]:
                         heapq.heappush(dirty, c)
+
+    def splits(self, value: int, axis: int) -> bool:
+        """Whether ``value``'s spec splits a dim over mesh axis ``axis``."""
+        t = self.tables
+        d = int(t.out_specs[int(t.value_unit[value])][int(self.rows[value])][axis])
+        return 0 <= d < len(t.shapes[value])
 
     def spec(self, value: int) -> Spec:
         return _spec_of(self.tables, int(self.tables.value_unit[value]), int(self.rows[value]), value)
@@ -231,6 +253,63 @@ def zero_param_bytes(tables: ShardingTables, specs: Mapping[int, Spec], zero: in
     return total
 
 
+def _reshards(t: ShardingTables, i: int, s: int, rows: np.ndarray):
+    """(move, value, target assignment, kind, axes, bytes) of every reshard collective op ``i`` pays under
+    strategy ``s``: its operands into the strategy's input specs (``move``: the edge), its gradient results
+    into their parameters' layouts (``move``: -1 - value)."""
+    for e in range(int(t.edge_ptr[i]), int(t.edge_ptr[i + 1])):
+        v, k = int(t.edge_value[e]), int(t.edge_pos[e])
+        p_asg, q_asg = t.out_specs[int(t.value_unit[v])][rows[v]], t.sets[i].inputs[k][s]
+        for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
+            yield e, v, tuple(np.asarray(q_asg).tolist()), kind, axes, round(b)
+    for v in t.unit_values(i):
+        if v in t.grad_param:  # the gradient ends in its parameter's layout
+            p_asg, q_asg = t.out_specs[i][rows[v]], t.out_specs[t.grad_param[v]][rows[_param_value(t, v)]]
+            for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
+                yield -1 - v, v, tuple(np.asarray(q_asg).tolist()), kind, axes, round(b)
+
+
+def reshards_per_layout(tables: ShardingTables, value_specs: Mapping[int, Spec], choice: np.ndarray, *,
+                        once: bool = True) -> Counter:
+    """``{(kind, bytes): count}`` of the reshard collectives of a layout (``choice``: the strategy per op,
+    as :func:`evaluate_spmd` takes it); with ``once``, every value moved into one layout counts once,
+    however many consumers (or operand slots of one consumer) want it there. XLA's common-subexpression
+    pass merges such repeated reshards (a parameter gathered for its forward and backward use is gathered
+    once); the cost model charges every use (``once=False``)."""
+    t = tables
+    rows = _rows(t, value_specs)
+    moves: dict[int, tuple[tuple, list[tuple[str, int]]]] = {}
+    for i in range(t.num_ops):
+        for move, v, target, kind, _, b in _reshards(t, i, int(choice[i]), rows):
+            moves.setdefault(move, ((v, target) if once else (move,), []))[1].append((kind, b))
+    seen: dict[tuple, list[tuple[str, int]]] = {}
+    for key, kinds in moves.values():
+        seen.setdefault(key, kinds)
+    return Counter(c for kinds in seen.values() for c in kinds)
+
+
+def zero_tables(tables: ShardingTables, zero: int) -> ShardingTables:
+    """``tables`` with the parameters' memory of ZeRO stage ``zero`` (training; 0: the tables themselves),
+    taking every mesh axis a parameter's spec does not use as a data axis (a layout that splits the batch
+    over fewer axes holds more: :func:`zero_param_bytes` is exact, this is what the IP's memory rows see)."""
+    t = tables
+    if zero <= 0 or t.mode != "training":
+        return t
+    states = OPTIMIZER_STATES[t.optimizer]
+    memory = list(t.memory)
+    for pos, a in enumerate(t.graph.args):
+        if a.role == "param":
+            u = t.num_ops + pos
+            sh = np.prod(np.where(np.asarray(t.sets[u].out) >= 0, np.asarray(t.mesh.axis_sizes), 1),
+                         axis=1).astype(float)
+            extra = t.mesh.num_devices / sh
+            held = float(t.graph.value_bytes[a.value]) / sh
+            col = held * (1.0 + (1.0 / extra if zero >= 2 else 1.0) + states / extra)
+            col.setflags(write=False)
+            memory[u] = col
+    return replace(t, memory=tuple(memory))
+
+
 def evaluate_spmd(tables: ShardingTables, value_specs: Mapping[int, Spec], *, zero: int = 0) -> SpmdEvaluation:
     """Step time, memory and collectives of a complete layout ({value id: spec} for every value).
     ``zero``: ZeRO stage 1 or 2 for the memory (:func:`zero_param_bytes`); the collectives stay those
@@ -257,17 +336,8 @@ def evaluate_spmd(tables: ShardingTables, value_specs: Mapping[int, Spec], *, ze
         peak = max(peak, float(t.working[i][s]))
         for kind, axes, b in strategy_collectives(t.sets[i], s, t.mesh, float(t.graph.out_bytes[i])):
             coll[(kind, axes, round(b))] += 1
-        for e in range(int(t.edge_ptr[i]), int(t.edge_ptr[i + 1])):
-            v, k = int(t.edge_value[e]), int(t.edge_pos[e])
-            src = int(t.value_unit[v])
-            p_asg, q_asg = t.out_specs[src][rows[v]], t.sets[i].inputs[k][s]
-            for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
-                coll[(kind, axes, round(b))] += 1
-        for v in vals:
-            if v in t.grad_param:  # the gradient ends in its parameter's layout
-                p_asg, q_asg = t.out_specs[i][rows[v]], t.out_specs[t.grad_param[v]][rows[_param_value(t, v)]]
-                for kind, axes, b in reshard_collectives(p_asg, q_asg, float(t.graph.value_bytes[v]), t.mesh):
-                    coll[(kind, axes, round(b))] += 1
+        for _, _, _, kind, axes, b in _reshards(t, i, s, rows):
+            coll[(kind, axes, b)] += 1
     params = data = 0.0
     for pos, a in enumerate(t.graph.args):
         u = n + pos

@@ -3,9 +3,9 @@
 Per axis: its role name and size, where its links run (inside a host or across hosts) with their
 bandwidth and latency, and the seconds per microbatch its collectives take (a collective over several
 axes is charged to each axis with that axis's term, as :meth:`LogicalMesh.collective` sums them). Then
-compute vs communication and memory per device vs capacity, with the parts of the memory. A
-whole-cluster plan (several sharded stages) gets the same per stage (:func:`stage_lines`), with its
-sharding in a phrase ("tp=4 inside a host, dp=2 over the network") and its transfers between stages.
+compute vs communication and memory per device vs capacity, with the parts of the memory, and the
+plan's ZeRO stage. A whole-cluster plan (several sharded stages) gets the same per stage (:func:`stage_lines`), with
+its sharding in a phrase ("tp=4 inside a host, dp=2 over the network") and its transfers between stages.
 """
 
 from __future__ import annotations
@@ -52,8 +52,11 @@ def axis_summaries(mesh: LogicalMesh, names: tuple[str, ...], ev: SpmdEvaluation
                              comm[a], count[a]) for a in range(mesh.num_axes))
 
 
-def spmd_lines(mesh: LogicalMesh, names: tuple[str, ...], ev: SpmdEvaluation) -> list[str]:
-    """The explain lines of an SPMD plan: one per axis, then time and memory."""
+_ZERO = {1: "optimizer state", 2: "optimizer state and gradients", 3: "optimizer state and gradients"}
+
+
+def spmd_lines(mesh: LogicalMesh, names: tuple[str, ...], ev: SpmdEvaluation, *, zero: int = 0) -> list[str]:
+    """The explain lines of an SPMD plan: one per axis, then time and memory (and the ZeRO stage)."""
     axes = axis_summaries(mesh, names, ev)
     lines = ["mesh: " + ", ".join(f"{s.name}={s.size} {_SCOPE.get(s.scope, s.scope)}" for s in axes)]
     for s in axes:
@@ -66,6 +69,8 @@ def spmd_lines(mesh: LogicalMesh, names: tuple[str, ...], ev: SpmdEvaluation) ->
     parts = ", ".join(f"{k} {_b(v)}" for k, v in ev.memory_parts.items())
     lines.append(f"memory per device {_b(ev.memory)} of {_b(ev.capacity)} "
                  f"({ev.memory / ev.capacity:.0%}{'' if ev.feasible else ', DOES NOT FIT'}): {parts}")
+    if zero > 0:
+        lines.append(f"ZeRO-{zero}: {_ZERO[zero]} sharded over the data axes each parameter's spec does not use")
     return lines
 
 

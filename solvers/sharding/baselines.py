@@ -2,6 +2,7 @@
 
 Each fixes a few argument specs (and nothing else) and lets the default propagation of
 :mod:`planmap.sharding.spmd` lay out every op; the result is judged by :func:`planmap.evaluate.evaluate`.
+A training layout that does not fit memory takes the lowest ZeRO stage under which it does (:func:`with_zero`).
 
 * ``data-parallel``: a 1-D mesh over all accelerators; data arguments split on their batch dim (dim 0),
   parameters replicated.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -31,9 +33,10 @@ from planmap.graph import OpGraph
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.sharding import LogicalMesh, ShardingTables, Spec, logical_meshes, propagate, replicated
 from planmap.sharding.solution import spmd_solution, tables_cache
+from planmap.sharding.spmd import Propagation
 
 __all__ = ["DataParallel", "FSDP", "Megatron", "data_parallel", "fsdp", "megatron", "meshes_or_raise",
-           "BASELINES"]
+           "BASELINES", "with_zero", "ZERO_STAGES"]
 
 VERSION = "1"
 _PASS_THROUGH = frozenset({"stablehlo.convert", "stablehlo.transpose", "stablehlo.reshape", "stablehlo.copy",
@@ -121,12 +124,30 @@ def _specs_upstream(tables: ShardingTables, v: int, spec: Spec) -> list[tuple[in
     return out
 
 
+ZERO_STAGES = (0, 1, 2)  # ZeRO stage 3 is a layout (parameter specs over the data axis: ``fsdp``), not a flag
+
+
+def with_zero(problem: Problem, sol: Solution, ev: Evaluation) -> tuple[Solution, Evaluation]:
+    """The lowest ZeRO stage under which an SPMD training solution fits memory (stage 0 when it fits as it
+    is, or in inference; the last stage tried when none fits). ZeRO-1/2 change the memory only in this
+    model (their reduce-scatter + all-gather moves what the all-reduce moved), so the lowest stage that fits
+    is the cheapest choice, and fewer shards keep the plan simplest."""
+    if ev.feasible or problem.mode != "training" or sol.shardings is None:
+        return sol, ev
+    for zero in ZERO_STAGES[1:]:
+        sol = replace(sol, shardings=replace(sol.shardings, zero=zero))
+        ev = evaluate(problem, sol)
+        if ev.feasible:
+            break
+    return sol, ev
+
+
 def _finish(problem: Problem, tables: ShardingTables, overrides: dict[int, Spec], name: str,
             t0: float) -> tuple[Solution, Evaluation]:
     layout = _replicated_closure(tables, gradient_layouts(tables, overrides))
     sol = spmd_solution(problem, tables, propagate(tables, layout),
                         Certificate(Status.HEURISTIC, name, version=VERSION))
-    ev = evaluate(problem, sol)
+    sol, ev = with_zero(problem, sol, evaluate(problem, sol))
     return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0), ev
 
 
@@ -191,12 +212,19 @@ def _dot_roles(m) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
 
 
 def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) -> dict[int, Spec]:
-    """Argument specs of the Megatron layout on ``tables.mesh`` (axis ``tensor``; data over ``data``)."""
+    """Argument specs of the Megatron layout on ``tables.mesh`` (axis ``tensor``; data over ``data``).
+
+    Each decision reads the layout so far: the default propagation of the decided specs with constant
+    values replicated (:func:`_replicated_closure`) and two rounds of :func:`_tensor_pins`, kept up to date
+    by one incremental :class:`Propagation` (only the ops downstream of a change are recomputed), and a
+    second one of the decided specs alone for the partial sums a row-parallel dot reduces."""
     g = tables.graph
     over = _data_specs(tables, data) if data is not None else {}
     size = tables.mesh.axis_sizes[tensor]
     shapes = {a.value: a.type.shape for a in g.args}
     decided: set[int] = set()
+    held = _replicated_closure(tables, over)
+    layout, plain = Propagation(tables, held), Propagation(tables, over)
     for i in range(g.num_nodes):
         m = g.dim_maps[i] if g.dim_maps is not None else None
         if g.kind[i] != "stablehlo.dot_general" or m is None or len(tables.operands[i]) != 2 or not m.reduced:
@@ -208,15 +236,25 @@ def megatron_overrides(tables: ShardingTables, tensor: int, data: int | None) ->
             continue
         p, pdims = traced
         decided.add(p)
-        specs = propagate(tables, _tensor_only_downstream(tables, _replicated_closure(tables, over), tensor, rounds=2))
-        lhs_split = any(tensor in specs[lhs][d] for d in lhs_c)
+        base = _replicated_closure(tables, over)
+        layout.update({v: base.get(v) for v in set(held) | set(base) if held.get(v) != base.get(v)})
+        held = base
+        for _ in range(2):
+            pins = _tensor_pins(tables, layout, held, tensor)
+            if not pins:
+                break
+            layout.update(pins)
+            held = {**held, **pins}
+        lhs_split = any(tensor in layout.spec(lhs)[d] for d in lhs_c)
         cands = pdims[: len(rhs_c)] if lhs_split else pdims[len(rhs_c):]
         dim = next((d for d in cands if d >= 0 and shapes[p][d] % size == 0), None)
         if dim is not None:
             over[p] = _split(len(shapes[p]), dim, (tensor,))
+            plain.update({p: over[p]})
             if lhs_split:  # row parallel: the partial sums are all-reduced (before the next layer reads them)
                 res = tables.unit_values(i)[0]
-                over[res] = _without(propagate(tables, over)[res], tensor)
+                over[res] = _without(plain.spec(res), tensor)
+                plain.update({res: over[res]})
     over = _all_reduce_partial_sums(tables, _replicated_closure(tables, gradient_layouts(tables, over)), tensor)
     return _tensor_only_downstream(tables, over, tensor)
 
@@ -230,26 +268,41 @@ def _all_reduce_partial_sums(tables: ShardingTables, over: dict[int, Spec], tens
     """Megatron's activations: a dot_general that contracts a dim split over ``tensor`` (the row-parallel
     layer forward, the column-parallel layer's input gradient backward) all-reduces its partial sums into
     a result not split over ``tensor``; the greedy default would reduce-scatter them and gather later.
-    Pinned a round at a time (one propagation per round) until no such dot is left."""
+    Pinned a round at a time (each round reads the layout after the previous round's pins) until no such
+    dot is left."""
     g = tables.graph
     maps = g.dim_maps if g.dim_maps is not None else (None,) * g.num_nodes
     dots = [i for i in range(g.num_nodes) if g.kind[i] == "stablehlo.dot_general" and (m := maps[i]) is not None
             and m.reduced and tables.unit_values(i)]
+    layout = Propagation(tables, over)
     for _ in range(rounds):
-        specs = propagate(tables, over)
-        pinned = False
+        pins = {}
         for i in dots:
             res, m = tables.unit_values(i)[0], maps[i]
             assert m is not None  # dots have maps (above)
             if res in over or res in tables.grad_param:
                 continue
-            if any(tensor in specs[v][slot[k]] for slot in m.reduced
+            if any(layout.splits(v, tensor) and tensor in layout.spec(v)[slot[k]] for slot in m.reduced
                    for k, v in enumerate(tables.operands[i]) if k < len(slot) and slot[k] >= 0):
-                over[res] = _without(specs[res], tensor)
-                pinned = True
-        if not pinned:
+                pins[res] = _without(layout.spec(res), tensor)
+        if not pins:
             break
+        over.update(pins)
+        layout.update(pins)
     return over
+
+
+def _tensor_pins(tables: ShardingTables, layout: Propagation, held: dict[int, Spec], tensor: int) -> dict[int, Spec]:
+    """The results to pin off ``tensor`` in ``layout``: those of ops not pinned in ``held`` whose operands
+    are all free of it but whose result is split over it (see :func:`_tensor_only_downstream`)."""
+    pins = {}
+    for i in range(tables.num_ops):
+        vals = tables.unit_values(i)
+        if not vals or vals[0] in held or not layout.splits(vals[0], tensor):
+            continue
+        if not any(layout.splits(v, tensor) for v in tables.operands[i]):
+            pins[vals[0]] = _without(layout.spec(vals[0]), tensor)
+    return pins
 
 
 def _tensor_only_downstream(tables: ShardingTables, over: dict[int, Spec], tensor: int,
@@ -257,19 +310,13 @@ def _tensor_only_downstream(tables: ShardingTables, over: dict[int, Spec], tenso
     """Keep the ``tensor`` axis on the values computed from tensor-split values only: an op whose operands
     are all free of it (after a row-parallel all-reduce, the loss, the gradient flowing back into it)
     runs unsplit over ``tensor`` as XLA propagates it, not split to divide a few elementwise ops' work."""
-    g = tables.graph
+    layout = Propagation(tables, over)
     for _ in range(rounds):
-        specs = propagate(tables, over)
-        changed = False
-        for i in range(g.num_nodes):
-            vals = tables.unit_values(i)
-            if not vals or vals[0] in over or any(any(tensor in d for d in specs[v]) for v in tables.operands[i]):
-                continue
-            if any(tensor in d for d in specs[vals[0]]):
-                over[vals[0]] = _without(specs[vals[0]], tensor)
-                changed = True
-        if not changed:
+        pins = _tensor_pins(tables, layout, over, tensor)
+        if not pins:
             break
+        over.update(pins)
+        layout.update(pins)
     return over
 
 

@@ -27,6 +27,7 @@ from planmap.problem import Problem, SolveOptions, Status, relative_gap
 from planmap.sharding import LogicalMesh, ShardingTables, SpmdEvaluation, evaluate_spmd, logical_meshes
 from planmap.sharding.solution import tables_cache
 from planmap.sharding.specs import Spec, from_assignment
+from planmap.sharding.spmd import zero_tables
 
 from .. import mip
 from .matrix import choice_of, solve_sparse, sparse_model, start_vector
@@ -211,14 +212,14 @@ def tables_lower_bound(tables: ShardingTables) -> float:
 
 def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tuple, dict] | None = None,
               meshes: list[LogicalMesh] | None = None, merge_followers: bool = True,
-              deadline: float | None = None, tie_layers: bool = True) -> SearchAnswer:
+              deadline: float | None = None, tie_layers: bool = True, zero: int = 0) -> SearchAnswer:
     """Solve the meshes of ``problem`` within ``options.time_limit`` (and ``deadline``, a ``time.monotonic()``
     instant) overall, everything included: each mesh's tables are built (or taken from the problem's
     cache) under the deadline, meshes are ordered by :func:`tables_lower_bound`, and each is then reduced
     and solved in turn with a fair share of the time left, skipping those whose bound cannot beat the
     incumbent. Meshes the deadline leaves out are reported in ``skipped`` with their bound (0 when not
     even their tables were built). ``warm_starts``: a layout per ``mesh.key``; ``tie_layers``: see
-    :func:`_solve_tied_then_free`."""
+    :func:`_solve_tied_then_free`; ``zero``: the ZeRO stage the memory rows assume (:func:`zero_tables`)."""
     t0 = time.perf_counter()
     end = time.monotonic() + float(options.time_limit)
     end = min(end, deadline) if deadline is not None else end
@@ -230,7 +231,7 @@ def solve_all(problem: Problem, options: SolveOptions, *, warm_starts: dict[tupl
         if (cands or warm_starts) and time.monotonic() >= end:
             skipped.append((mesh.shape, 0.0))
             continue
-        tables = cache.get(mesh)
+        tables = zero_tables(cache.get(mesh), zero)
         cands.append((tables_lower_bound(tables) * tables.microbatches, len(cands), tables))
     cands.sort(key=lambda c: (c[0], c[1]))
     best: MeshAnswer | None = None

@@ -1,6 +1,11 @@
 """The ``sharding`` solver: the SPMD baselines, then the sharding IP over every logical mesh; the best
 answer under :func:`planmap.evaluate.evaluate` wins.
 
+ZeRO stages are enumerated like meshes: each answer takes the lowest stage (0, 1, 2) under which it
+fits memory (:func:`~planmap.solvers.sharding.baselines.with_zero`), and the IP runs once per stage a
+baseline needed (its memory rows then hold that stage's parameter state,
+:func:`~planmap.sharding.spmd.zero_tables`), so a layout whose replicated optimizer state does not fit
+is still found with that state sharded.
 The baselines (data parallel, FSDP, Megatron) give a feasible answer fast and warm-start the IP
 (:func:`planmap.solvers.sharding.ip.solve_all`, one IP per mesh of
 :func:`planmap.sharding.logical_meshes`). The certificate is the IP's ("optimal over <meshes> ×
@@ -12,13 +17,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import time
+from dataclasses import replace
 
 from planmap.errors import SolverUnavailableError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.sharding.solution import layout_of as solution_layout
 from planmap.sharding.solution import solution_mesh, spmd_solution
-from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_raise
+from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_raise, with_zero
 
 __all__ = ["Sharding"]
 
@@ -67,12 +73,18 @@ class Sharding:
         if ip is not None and (not found or deadline - time.monotonic() > MIN_IP_TIME):
             # the answer's evaluation and plan assembly come after the IP: keep 5 % for them
             ip_end = deadline - FINISH_SHARE * float(options.time_limit)
-            ip_sol = _ip_answer(ip, problem, options, ip_end, [f[2] for f in sorted(found)])
-            if ip_sol is not None:
-                ev = evaluate(problem, ip_sol)
+            # ZeRO stages as the baselines needed them (their replicated state did not fit): the IP once per stage
+            levels = sorted({0} | {f[2].shardings.zero for f in found if f[2].shardings is not None})
+            for k, zero in enumerate(levels):
+                end = time.monotonic() + (ip_end - time.monotonic()) / (len(levels) - k)
+                ip_sol = _ip_answer(ip, problem, options, end, [f[2] for f in sorted(found)], zero)
+                if ip_sol is None:
+                    continue
+                ip_sol, ev = with_zero(problem, ip_sol, evaluate(problem, ip_sol))
                 proven = ip_sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED)
-                # the IP's proof covers the baselines, so on a tie its answer (and certificate) wins
-                found.append(((not ev.feasible, ev.objective * (1 - 1e-9 if proven else 1)), -1, ip_sol))
+                # the IP's proof covers the baselines, so on a tie its answer (and certificate) wins; a lower
+                # ZeRO stage wins a tie with a higher one
+                found.append(((not ev.feasible, ev.objective * (1 - 1e-9 if proven else 1)), k - len(levels), ip_sol))
         elif ip is not None:
             why_not = "no time left for the sharding IP"
         if not found:
@@ -84,7 +96,8 @@ class Sharding:
         return best.with_certificate(wall_time=time.perf_counter() - t0, message=note)
 
 
-def _ip_answer(ip, problem: Problem, options: SolveOptions, deadline: float, starts: list[Solution]) -> Solution | None:
+def _ip_answer(ip, problem: Problem, options: SolveOptions, deadline: float, starts: list[Solution],
+               zero: int = 0) -> Solution | None:
     """The sharding IP over every logical mesh by ``deadline`` (``time.monotonic()``), warm-started per mesh
     from the best baseline on it, as a Solution whose certificate covers every mesh (a mesh skipped by
     its lower bound already loses; one the deadline left out leaves the answer unproven)."""
@@ -93,7 +106,7 @@ def _ip_answer(ip, problem: Problem, options: SolveOptions, deadline: float, sta
         if solution_mesh(problem, sol).key not in warm:
             tables, layout = solution_layout(problem, sol)
             warm[tables.mesh.key] = layout
-    found = ip.solve_all(problem, options, warm_starts=warm, deadline=deadline)
+    found = ip.solve_all(problem, options, warm_starts=warm, deadline=deadline, zero=zero)
     best = found.best
     if best is None or best.specs is None:
         return None
@@ -118,4 +131,5 @@ def _ip_answer(ip, problem: Problem, options: SolveOptions, deadline: float, sta
     cert = Certificate(status=status, solver="sharding", objective=best.objective / mb, bound=bound,
                        version=VERSION, backend=options.backend, message=message,
                        options={"time_limit": options.time_limit, "rel_gap": options.rel_gap})
-    return spmd_solution(problem, best.tables, best.specs, cert)
+    sol = spmd_solution(problem, best.tables, best.specs, cert)
+    return replace(sol, shardings=replace(sol.shardings, zero=zero)) if zero else sol
