@@ -18,7 +18,6 @@ left (and enough left for the groups that remain, by greedy packing), pins (``al
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np

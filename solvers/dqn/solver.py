@@ -1,0 +1,128 @@
+"""``dqn``: the Auto-MAP-style planner — a pre-trained Double-DQN agent decides the plan group by group.
+
+Inference loads the shipped checkpoint (or ``passthrough["checkpoint"]``), optionally fine-tunes on the
+target for ``finetune`` seconds (within the time limit), then rolls out the greedy policy and, up to
+``rollouts`` episodes in all, the runner-up action at the steps where the agent was least sure (the
+smallest Q margin) — every plan scored by ``evaluate``. The best plan is answered, re-scored by
+``evaluate``; when ``exact`` is set (default: off) the ``dp`` solver runs in what is left of the time
+limit and the certificate gives the gap to its bound. The certificate's options hold the checkpoint's
+sha256 (a plan input: another checkpoint gives another plan file), the reward and the number of
+evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from planmap.errors import InfeasibleError, PlanmapError
+from planmap.evaluate import evaluate
+from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.vocabulary import ObjectiveKind
+
+from . import checkpoint
+from .env import PlanEnv
+
+__all__ = ["DQN", "plan_with_agent"]
+
+VERSION = "1"
+
+
+def _episode(agent, env: PlanEnv, forced: dict[int, int]) -> tuple[float, Solution | None, list[tuple[float, int]]]:
+    """A greedy episode with ``forced`` actions at some steps; returns (objective, plan, per-step
+    (Q margin to the runner-up, runner-up action))."""
+    obs, info = env.reset()
+    mask = info["action_mask"]
+    margins: list[tuple[float, int]] = []
+    done, step = False, 0
+    info = {}
+    while not done and mask.any():
+        valid = np.flatnonzero(mask)
+        q = agent.q(obs)[valid]
+        order = valid[np.argsort(-q, kind="stable")]
+        qs = np.sort(q)[::-1]
+        margins.append((float(qs[0] - qs[1]) if len(qs) > 1 else math.inf, int(order[1]) if len(order) > 1 else -1))
+        a = forced.get(step, int(order[0]))
+        obs, _, done, _, info = env.step(a)
+        mask = info.get("action_mask", np.zeros_like(mask))
+        step += 1
+    obj = float(info.get("objective", math.inf))
+    return obj, env.plan if math.isfinite(obj) else None, margins
+
+
+def plan_with_agent(agent, problem: Problem, rollouts: int = 8, max_groups: int = 32,
+                    deadline: float | None = None) -> tuple[float, Solution | None, int, PlanEnv]:
+    """The best of the greedy episode and up to ``rollouts - 1`` one-step deviations at the least sure steps."""
+    env = PlanEnv(problem, max_groups)
+    best_obj, best, margins = _episode(agent, env, {})
+    tried = 1
+    todo = sorted((m, s, alt) for s, (m, alt) in enumerate(margins) if alt >= 0)
+    for _, s, alt in todo:
+        if tried >= rollouts or (deadline is not None and time.perf_counter() > deadline):
+            break
+        obj, sol, _ = _episode(agent, env, {s: alt})
+        tried += 1
+        if sol is not None and obj < best_obj:
+            best_obj, best = obj, sol
+    return best_obj, best, env.evaluations, env
+
+
+class DQN:
+    """A pre-trained Double-DQN agent (see the module doc). Options (``passthrough``): ``checkpoint`` (path),
+    ``rollouts`` (default 8), ``finetune`` (seconds, default 0), ``exact`` (run ``dp`` for the gap, default
+    false), ``max_groups`` (default 32)."""
+
+    name = "dqn"
+    objectives = frozenset({ObjectiveKind.THROUGHPUT})
+
+    def solve(self, problem: Problem, options: SolveOptions) -> Solution:
+        t0 = time.perf_counter()
+        pt = dict(options.passthrough)
+        path = pt.get("checkpoint")
+        agent, _meta = checkpoint.load(path, seed=options.seed)
+        sha = checkpoint.sha256(path or checkpoint.shipped_path())
+        limit = options.time_limit if options.time_limit and options.time_limit > 0 else math.inf
+        tune = min(float(pt.get("finetune", 0.0)), 0.5 * limit)
+        groups = int(pt.get("max_groups", 32))
+        evals = 0
+        if tune > 0:
+            from .train import train
+
+            log = train(agent, problem, seconds=tune, seed=options.seed, max_groups=groups)
+            evals += log.evaluations
+        obj, sol, n, _env = plan_with_agent(agent, problem, int(pt.get("rollouts", 8)), groups, t0 + limit)
+        evals += n
+        if sol is None:
+            raise InfeasibleError(f"{problem.name}: the DQN agent found no plan that fits "
+                                  f"({evals} evaluations; its masks rule out every way on for the groups left)")
+        ev = evaluate(problem, sol)
+        bound, status, note = None, Status.HEURISTIC, ""
+        if pt.get("exact", False):
+            bound, note = self._exact(problem, options, t0 + limit)
+        opts = {"checkpoint_sha256": sha, "rollouts": int(pt.get("rollouts", 8)), "finetune_s": tune}
+        tuned = f"fine-tuned {tune:.0f}s, " if tune else ""
+        msg = (f"DQN agent ({VERSION}): reward {-ev.objective:.6g}s (minus the objective), {evals} evaluations, "
+               f"{tuned}checkpoint sha256 {sha[:12]}{note}")
+        cert = Certificate(status, self.name, objective=ev.objective, bound=bound, version=VERSION, message=msg,
+                           options=opts, wall_time=time.perf_counter() - t0)
+        return replace(sol, certificate=cert)
+
+    @staticmethod
+    def _exact(problem: Problem, options: SolveOptions, deadline: float) -> tuple[float | None, str]:
+        """The exact DP's bound when it finishes (proven) in the time left."""
+        from planmap.solvers.pipeline.dp import ThroughputDP
+
+        left = deadline - time.perf_counter()
+        if left <= 1:
+            return None, "; exact DP not run (no time left)"
+        try:
+            sol = ThroughputDP().solve(problem, replace(options, time_limit=left, passthrough={}, progress=None))
+        except PlanmapError as e:
+            return None, f"; exact DP did not answer ({str(e).splitlines()[0][:80]})"
+        c = sol.certificate
+        if c.bound is None:
+            return None, f"; exact DP gave no bound ({c.status.value})"
+        return float(c.bound), f"; gap to the exact DP's bound {c.bound:.6g}s"
