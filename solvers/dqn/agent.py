@@ -29,12 +29,13 @@ def deterministic(seed: int) -> None:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    hidden: int = 128
+    hidden: int = 64
     lr: float = 1e-3
     gamma: float = 1.0  # episodes are short and the return is the plan's objective: no discount
     batch: int = 64
+    train_every: int = 4  # environment steps per gradient step
     replay: int = 20000
-    target_every: int = 200  # gradient steps between target-network copies
+    target_every: int = 100  # gradient steps between target-network copies
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_decay: int = 3000  # environment steps from eps_start to eps_end (linear)
@@ -112,7 +113,7 @@ class Agent:
         import torch.nn.functional as F
 
         c = self.config
-        if replay.n < c.batch:
+        if replay.n < c.batch or self.steps % c.train_every:
             return 0.0
         obs, act, rew, nxt, mask, done = (torch.as_tensor(x) for x in replay.sample(self.rng, c.batch))
         with torch.no_grad():

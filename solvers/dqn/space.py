@@ -64,8 +64,8 @@ class Partial:
 
 
 def _groups(problem: Problem, max_groups: int) -> np.ndarray:
-    """Group id per forward position: cuts at layer changes (or anywhere without layers), not inside a
-    colocation class, at about equal compute."""
+    """Group id per forward position: cuts at layer changes, topped up with cuts at about equal compute inside
+    layers while there are fewer than ``max_groups`` (never inside a colocation class)."""
     g = problem.graph
     fwd = np.flatnonzero(~g.backward) if g.backward.any() else np.arange(g.num_nodes)
     n = len(fwd)
@@ -78,20 +78,22 @@ def _groups(problem: Problem, max_groups: int) -> np.ndarray:
         p = np.flatnonzero(cls == c)
         ok[p.min() + 1: p.max() + 1] = False
     layer = g.layer[fwd]
+    change = np.zeros(n + 1, bool)
     if (layer >= 0).any():
-        change = np.zeros(n + 1, bool)
         change[1:n] = layer[1:] != layer[:-1]
-        if change.sum() >= min(max_groups, 4):
-            ok &= change
+    change &= ok
     work = problem.cost.device_compute[fwd].min(axis=1) if problem.num_devices else np.zeros(n)
     work = np.where(np.isfinite(work), work, 0.0) + 1e-12
     cum = np.concatenate([[0.0], np.cumsum(work)])
-    cand = np.flatnonzero(ok)
-    cuts: list[int] = []
-    if len(cand):
-        targets = cum[-1] * np.arange(1, max_groups) / max_groups
+    layers = np.flatnonzero(change)
+    if len(layers) >= max_groups - 1:  # enough layer boundaries: cut only there
+        cand, budget, cuts = layers, max_groups - 1, []
+    else:  # every layer boundary, and equal-compute cuts inside the layers up to the budget
+        cand, budget, cuts = np.flatnonzero(ok & ~change), max_groups - 1 - len(layers), layers.tolist()
+    if len(cand) and budget > 0:
+        targets = cum[-1] * np.arange(1, budget + 1) / (budget + 1)
         picks = cand[np.clip(np.searchsorted(cum[cand], targets), 0, len(cand) - 1)]
-        cuts = sorted(set(picks.tolist()))
+        cuts = sorted(set(cuts) | set(picks.tolist()))
     gid = np.zeros(n, np.int64)
     for c in cuts:
         gid[c:] += 1
