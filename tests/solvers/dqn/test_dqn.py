@@ -134,3 +134,19 @@ def test_shipped_checkpoint_is_small_and_loads():
     assert path.is_file() and path.stat().st_size <= 5 * 2**20
     agent, meta = checkpoint.load()
     assert meta.get("episodes", 0) > 0
+
+
+def test_agent_cli_trains_writes_a_curve_and_evaluates(tmp_path):
+    pytest.importorskip("matplotlib")
+    from typer.testing import CliRunner
+
+    from planmap.cli import app
+
+    ck, png = tmp_path / "ck.pt", tmp_path / "curve.png"
+    r = CliRunner().invoke(app, ["agent", "train", "-o", str(ck), "--episodes", "2", "--png", str(png)])
+    assert r.exit_code == 0, r.output
+    assert ck.is_file() and png.stat().st_size > 0 and "2 episodes" in r.output
+    r = CliRunner().invoke(app, ["agent", "eval", "--checkpoint", str(ck), "--held-out", "1", "--no-exact",
+                                 "--rollouts", "1"])
+    assert r.exit_code == 0, r.output
+    assert "bert3-ops" in r.output
