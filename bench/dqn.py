@@ -96,7 +96,7 @@ def fmt(x: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=20)
-    ap.add_argument("--rollouts", type=int, default=8)
+    ap.add_argument("--rollouts", type=int, default=16)
     ap.add_argument("--finetune", type=float, default=60.0, help="seconds per problem (0: skip)")
     ap.add_argument("--finetune-problems", type=int, default=4)
     ap.add_argument("--ablation", type=int, default=150, help="episodes at most (0: skip)")

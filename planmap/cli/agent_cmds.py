@@ -103,7 +103,7 @@ def evaluate_cmd(
     checkpoint_path: Path | None = typer.Option(None, "--checkpoint", help="Default: the shipped checkpoint."),
     held_out: int = typer.Option(20, "--held-out", help="Held-out problems when no spec is given."),
     exact: bool = typer.Option(True, "--exact/--no-exact", help="Also run the exact DP for the ratio."),
-    rollouts: int = typer.Option(8, "--rollouts", help="Episodes per problem (greedy + one-step deviations)."),
+    rollouts: int = typer.Option(16, "--rollouts", help="Episodes per problem (greedy + one-step deviations)."),
 ) -> None:
     """Plan each problem with the agent; print its objective, the exact DP's and the ratio."""
     from rich.console import Console

@@ -2,12 +2,12 @@
 
 Inference loads the shipped checkpoint (or ``passthrough["checkpoint"]``), optionally fine-tunes on the
 target for ``finetune`` seconds (within the time limit), then rolls out the greedy policy and, up to
-``rollouts`` episodes in all, the runner-up action at the steps where the agent was least sure (the
-smallest Q margin) — every plan scored by ``evaluate``. The best plan is answered, re-scored by
-``evaluate``; when ``exact`` is set (default: off) the ``dp`` solver runs in what is left of the time
-limit and the certificate gives the gap to its bound. The certificate's options hold the checkpoint's
-sha256 (a plan input: another checkpoint gives another plan file), the reward and the number of
-evaluations.
+``rollouts`` episodes in all, deviations: the runner-up action at one step of the greedy episode (the
+least sure steps first, by Q margin), then at two steps, … — every plan scored by ``evaluate``. The
+best plan is answered, re-scored by ``evaluate``; when ``exact`` is set (default: off) the ``dp`` solver
+runs in what is left of the time limit and the certificate gives the gap to its bound. The certificate's
+options hold the checkpoint's sha256 (a plan input: another checkpoint gives another plan file), the
+reward and the number of evaluations.
 """
 
 from __future__ import annotations
@@ -53,26 +53,33 @@ def _episode(agent, env: PlanEnv, forced: dict[int, int]) -> tuple[float, Soluti
     return obj, env.plan if math.isfinite(obj) else None, margins
 
 
-def plan_with_agent(agent, problem: Problem, rollouts: int = 8, max_groups: int = 32,
+def plan_with_agent(agent, problem: Problem, rollouts: int = 16, max_groups: int = 32,
                     deadline: float | None = None) -> tuple[float, Solution | None, int, PlanEnv]:
-    """The best of the greedy episode and up to ``rollouts - 1`` one-step deviations at the least sure steps."""
+    """Search guided by the agent: the greedy episode, then episodes that take the runner-up action at one step
+    (least sure steps first: the smallest Q margin), then at two, …, ``rollouts`` episodes in all."""
+    import heapq
+
     env = PlanEnv(problem, max_groups)
-    best_obj, best, margins = _episode(agent, env, {})
-    tried = 1
-    todo = sorted((m, s, alt) for s, (m, alt) in enumerate(margins) if alt >= 0)
-    for _, s, alt in todo:
-        if tried >= rollouts or (deadline is not None and time.perf_counter() > deadline):
-            break
-        obj, sol, _ = _episode(agent, env, {s: alt})
+    best_obj, best = math.inf, None
+    queue: list[tuple[int, float, int, tuple[tuple[int, int], ...]]] = [(0, 0.0, 0, ())]
+    tried, pushed = 0, 1
+    while queue and tried < rollouts and (deadline is None or tried == 0 or time.perf_counter() < deadline):
+        _, _, _, forced = heapq.heappop(queue)
+        obj, sol, margins = _episode(agent, env, dict(forced))
         tried += 1
         if sol is not None and obj < best_obj:
             best_obj, best = obj, sol
+        last = max((s for s, _ in forced), default=-1)
+        for s, (m, alt) in enumerate(margins):
+            if s > last and alt >= 0:
+                heapq.heappush(queue, (len(forced) + 1, m, pushed, (*forced, (s, alt))))
+                pushed += 1
     return best_obj, best, env.evaluations, env
 
 
 class DQN:
     """A pre-trained Double-DQN agent (see the module doc). Options (``passthrough``): ``checkpoint`` (path),
-    ``rollouts`` (default 8), ``finetune`` (seconds, default 0), ``exact`` (run ``dp`` for the gap, default
+    ``rollouts`` (default 16), ``finetune`` (seconds, default 0), ``exact`` (run ``dp`` for the gap, default
     false), ``max_groups`` (default 32)."""
 
     name = "dqn"
@@ -93,7 +100,7 @@ class DQN:
 
             log = train(agent, problem, seconds=tune, seed=options.seed, max_groups=groups)
             evals += log.evaluations
-        obj, sol, n, _env = plan_with_agent(agent, problem, int(pt.get("rollouts", 8)), groups, t0 + limit)
+        obj, sol, n, _env = plan_with_agent(agent, problem, int(pt.get("rollouts", 16)), groups, t0 + limit)
         evals += n
         if sol is None:
             raise InfeasibleError(f"{problem.name}: the DQN agent found no plan that fits "
@@ -102,7 +109,7 @@ class DQN:
         bound, status, note = None, Status.HEURISTIC, ""
         if pt.get("exact", False):
             bound, note = self._exact(problem, options, t0 + limit)
-        opts = {"checkpoint_sha256": sha, "rollouts": int(pt.get("rollouts", 8)), "finetune_s": tune}
+        opts = {"checkpoint_sha256": sha, "rollouts": int(pt.get("rollouts", 16)), "finetune_s": tune}
         tuned = f"fine-tuned {tune:.0f}s, " if tune else ""
         msg = (f"DQN agent ({VERSION}): reward {-ev.objective:.6g}s (minus the objective), {evals} evaluations, "
                f"{tuned}checkpoint sha256 {sha[:12]}{note}")
