@@ -2,12 +2,12 @@
 
 Inference loads the shipped checkpoint (or ``passthrough["checkpoint"]``), optionally fine-tunes on the
 target for ``finetune`` seconds (within the time limit), then rolls out the greedy policy and, up to
-``rollouts`` episodes in all, deviations: the runner-up action at one step of the greedy episode (the
-least sure steps first, by Q margin), then at two steps, … — every plan scored by ``evaluate``. The
-best plan is answered, re-scored by ``evaluate``; when ``exact`` is set (default: off) the ``dp`` solver
-runs in what is left of the time limit and the certificate gives the gap to its bound. The certificate's
-options hold the checkpoint's sha256 (a plan input: another checkpoint gives another plan file), the
-reward and the number of evaluations.
+``rollouts`` episodes in all, deviations: every other first action, and the runner-up action at one
+later step of the greedy episode (the least sure steps first, by Q margin), then at two steps, … —
+every plan scored by ``evaluate``. The best plan is answered, re-scored by ``evaluate``; when ``exact``
+is set (default: off) the ``dp`` solver runs in what is left of the time limit and the certificate
+gives the gap to its bound. The certificate's options hold the checkpoint's sha256 (a plan input:
+another checkpoint gives another plan file), the reward and the number of evaluations.
 """
 
 from __future__ import annotations
@@ -31,32 +31,37 @@ __all__ = ["DQN", "plan_with_agent"]
 VERSION = "1"
 
 
-def _episode(agent, env: PlanEnv, forced: dict[int, int]) -> tuple[float, Solution | None, list[tuple[float, int]]]:
-    """A greedy episode with ``forced`` actions at some steps; returns (objective, plan, per-step
-    (Q margin to the runner-up, runner-up action))."""
+Alternatives = list[list[tuple[float, int]]]
+
+
+def _episode(agent, env: PlanEnv, forced: dict[int, int]) -> tuple[float, Solution | None, Alternatives]:
+    """A greedy episode with ``forced`` actions at some steps; returns (objective, plan, per step the
+    alternatives as (Q margin to the best, action): every other valid action at the first step — so each
+    first decision, a pipeline or an SPMD baseline, gets its episode — and the runner-up at later ones)."""
     obs, info = env.reset()
     mask = info["action_mask"]
-    margins: list[tuple[float, int]] = []
+    alternatives: Alternatives = []
     done, step = False, 0
     info = {}
     while not done and mask.any():
         valid = np.flatnonzero(mask)
         q = agent.q(obs)[valid]
-        order = valid[np.argsort(-q, kind="stable")]
-        qs = np.sort(q)[::-1]
-        margins.append((float(qs[0] - qs[1]) if len(qs) > 1 else math.inf, int(order[1]) if len(order) > 1 else -1))
-        a = forced.get(step, int(order[0]))
+        rank = np.argsort(-q, kind="stable")
+        others = rank[1:] if step == 0 else rank[1:2]
+        alternatives.append([(float(q[rank[0]] - q[j]), int(valid[j])) for j in others])
+        a = forced.get(step, int(valid[rank[0]]))
         obs, _, done, _, info = env.step(a)
         mask = info.get("action_mask", np.zeros_like(mask))
         step += 1
     obj = float(info.get("objective", math.inf))
-    return obj, env.plan if math.isfinite(obj) else None, margins
+    return obj, env.plan if math.isfinite(obj) else None, alternatives
 
 
 def plan_with_agent(agent, problem: Problem, rollouts: int = 16, max_groups: int = 32,
                     deadline: float | None = None) -> tuple[float, Solution | None, int, PlanEnv]:
-    """Search guided by the agent: the greedy episode, then episodes that take the runner-up action at one step
-    (least sure steps first: the smallest Q margin), then at two, …, ``rollouts`` episodes in all."""
+    """Search guided by the agent: the greedy episode, then episodes that deviate from it at one step (every
+    first action; the runner-up later, least sure steps first: the smallest Q margin), then at two, …,
+    ``rollouts`` episodes in all."""
     import heapq
 
     env = PlanEnv(problem, max_groups)
@@ -65,13 +70,15 @@ def plan_with_agent(agent, problem: Problem, rollouts: int = 16, max_groups: int
     tried, pushed = 0, 1
     while queue and tried < rollouts and (deadline is None or tried == 0 or time.perf_counter() < deadline):
         _, _, _, forced = heapq.heappop(queue)
-        obj, sol, margins = _episode(agent, env, dict(forced))
+        obj, sol, alternatives = _episode(agent, env, dict(forced))
         tried += 1
         if sol is not None and obj < best_obj:
             best_obj, best = obj, sol
         last = max((s for s, _ in forced), default=-1)
-        for s, (m, alt) in enumerate(margins):
-            if s > last and alt >= 0:
+        for s, alts in enumerate(alternatives):
+            if s <= last:
+                continue
+            for m, alt in alts:
                 heapq.heappush(queue, (len(forced) + 1, m, pushed, (*forced, (s, alt))))
                 pushed += 1
     return best_obj, best, env.evaluations, env
