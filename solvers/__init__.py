@@ -40,10 +40,11 @@ BUILTIN = MappingProxyType({
     "data-parallel": "planmap.solvers.sharding.baselines:DataParallel",
     "fsdp": "planmap.solvers.sharding.baselines:FSDP",
     "megatron": "planmap.solvers.sharding.baselines:Megatron",
+    "dqn": "planmap.solvers.dqn.solver:DQN",
 })
 
 # What each module needs beyond the core, for the "how to install" hint.
-_EXTRAS = {"ip": "ip", "metis": "ip", "sharding": "ip"}
+_EXTRAS = {"ip": "ip", "metis": "ip", "sharding": "ip", "dqn": "dqn"}
 
 
 @dataclass(frozen=True)

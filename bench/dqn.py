@@ -1,0 +1,178 @@
+"""The DQN planner against the exact DP, random search and local search, on problems it was not trained on.
+
+Held-out set: :func:`planmap.solvers.dqn.problems.held_out` (BERT at operator granularity, GNMT with
+sinks, 100-node random DAGs, 16-block layered DAGs; inference and training; 1 host and 2 hosts — none of
+these graphs or seeds is drawn in pre-training) plus the example specs whose model the front end loads.
+For each problem: the exact ``dp`` (60 s; exact within one host, a per-host heuristic across hosts —
+marked ``*``), the shipped agent (greedy + one-step deviations, ``rollouts`` episodes), random search
+(the same number of ``evaluate`` calls: random valid episodes of the same environment) and
+``local-search`` (``max_evaluations`` = the same number). Ratios are to the DP. Then:
+
+* ``--finetune S``: fine-tuning for S seconds on the first few problems, ratio before and after;
+* ``--ablation N``: the paper's pruning question — a fresh agent trained on a problem with and without
+  action masking, episodes, steps and ``evaluate`` calls until an episode's plan is within 5 % of the DP
+  (at most N episodes).
+
+Run: ``nice python bench/dqn.py --out bench/results/dqn.md`` (about 10-20 minutes on 2 shared cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from _stamp import header
+
+from planmap.errors import PlanmapError
+from planmap.evaluate import evaluate
+from planmap.problem import Problem, SolveOptions
+from planmap.solvers import get
+from planmap.solvers.dqn import checkpoint
+from planmap.solvers.dqn.agent import Agent, AgentConfig
+from planmap.solvers.dqn.env import PlanEnv
+from planmap.solvers.dqn.problems import held_out
+from planmap.solvers.dqn.solver import plan_with_agent
+from planmap.solvers.dqn.train import train
+
+SPECS = ("specs/gpt-8dev.yaml", "specs/gpt-train-8dev.yaml", "specs/cnn-tpu.yaml", "specs/gpt-train-2host.yaml")
+
+
+def exact(problem: Problem) -> tuple[float, bool]:
+    try:
+        sol = get("dp").solve(problem, SolveOptions(time_limit=60))
+    except PlanmapError:
+        return math.nan, False
+    return evaluate(problem, sol).objective, sol.certificate.bound is not None
+
+
+def random_search(problem: Problem, evaluations: int, seed: int = 0) -> float:
+    """The best of ``evaluations`` random valid episodes (each ends in one evaluate call, or a dead end)."""
+    env = PlanEnv(problem)
+    rng = np.random.default_rng(seed)
+    best = math.inf
+    for _ in range(evaluations):
+        _, info = env.reset()
+        done = False
+        while not done:
+            valid = np.flatnonzero(env.action_masks())
+            if not len(valid):
+                break
+            _, _, done, _, info = env.step(int(rng.choice(valid)))
+        best = min(best, float(info.get("objective", math.inf)))
+    return best
+
+
+def local_search(problem: Problem, evaluations: int) -> float:
+    try:
+        sol = get("local-search").solve(problem, SolveOptions(time_limit=60, passthrough={
+            "max_evaluations": evaluations, "restarts": 1}))
+    except PlanmapError:
+        return math.inf
+    ev = evaluate(problem, sol)
+    return ev.objective if ev.feasible else math.inf
+
+
+def problems(count: int) -> list[tuple[str, callable]]:
+    items = list(held_out(count))
+    for spec in SPECS:
+        def make(spec=spec) -> Problem:
+            from planmap.assemble import build_problem
+            from planmap.spec import load_spec
+
+            return build_problem(load_spec(spec))
+        items.append((Path(spec).stem, make))
+    return items
+
+
+def fmt(x: float) -> str:
+    return "—" if not math.isfinite(x) else f"{x:.3f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=20)
+    ap.add_argument("--rollouts", type=int, default=16)
+    ap.add_argument("--finetune", type=float, default=60.0, help="seconds per problem (0: skip)")
+    ap.add_argument("--finetune-problems", type=int, default=4)
+    ap.add_argument("--ablation", type=int, default=150, help="episodes at most (0: skip)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    stamp = header()
+    print(stamp + "\n", flush=True)
+    agent, meta = checkpoint.load()
+    lines = ["| problem | nodes | devices | dp ms | dqn | random | local search | evals | dqn s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    ratios: dict[str, list[float]] = {"dqn": [], "random": [], "local": []}
+    built: list[tuple[str, Problem, float]] = []
+    times = []
+    for name, make in problems(args.count):
+        p = make()
+        ref, proven = exact(p)
+        t0 = time.perf_counter()
+        obj, _, evals, _ = plan_with_agent(agent, p, args.rollouts)
+        wall = time.perf_counter() - t0
+        times.append(wall)
+        rnd = random_search(p, evals)
+        loc = local_search(p, evals)
+        row = {"dqn": obj / ref, "random": rnd / ref, "local": loc / ref}
+        for k, v in row.items():
+            if math.isfinite(ref):
+                ratios[k].append(v)
+        built.append((name, p, ref))
+        lines.append(f"| {name} | {p.num_nodes} | {p.num_devices} | {ref * 1e3:.4g}{'' if proven else '*'} | "
+                     f"{fmt(row['dqn'])} | {fmt(row['random'])} | {fmt(row['local'])} | {evals} | {wall:.2f} |")
+        print(lines[-1], flush=True)
+    summary = ["", "| planner | median ratio | worst ratio | no plan |", "|---|---|---|---|"]
+    for k, v in ratios.items():
+        fin = [x for x in v if math.isfinite(x)]
+        summary.append(f"| {k} | {fmt(statistics.median(fin)) if fin else '—'} | {fmt(max(fin)) if fin else '—'} | "
+                       f"{len(v) - len(fin)} |")
+    summary.append(f"\nDQN inference: median {statistics.median(times):.2f}s, worst {max(times):.2f}s. "
+                   f"Checkpoint: {meta}.")
+    print("\n".join(summary), flush=True)
+    tune_lines: list[str] = []
+    if args.finetune > 0:
+        tune_lines = ["", f"Fine-tuning {args.finetune:.0f}s per problem:", "",
+                      "| problem | before | after |", "|---|---|---|"]
+        for name, p, ref in built[: args.finetune_problems]:
+            a, _ = checkpoint.load()
+            before = plan_with_agent(a, p, args.rollouts)[0] / ref
+            a.config = replace(a.config, eps_start=0.3, eps_decay=2000)
+            train(a, p, seconds=args.finetune)
+            after = plan_with_agent(a, p, args.rollouts)[0] / ref
+            tune_lines.append(f"| {name} | {fmt(before)} | {fmt(after)} |")
+            print(tune_lines[-1], flush=True)
+    abl_lines: list[str] = []
+    if args.ablation > 0:
+        abl_lines = ["", f"Ablation (fresh agent, at most {args.ablation} episodes; first episode within 5 % of "
+                         "the DP):", "", "| problem | masking | episodes | steps | evaluate calls | best ratio |",
+                     "|---|---|---|---|---|---|"]
+        for name, p, ref in [b for b in built if b[1].num_nodes <= 200][:3]:
+            for masked in (True, False):
+                a = Agent(AgentConfig(eps_decay=1500), seed=0)
+                hit: list[tuple[int, int, int]] = []
+
+                def cb(ep, log, hit=hit, ref=ref):
+                    if not hit and log.objectives[-1] <= 1.05 * ref:
+                        hit.append((ep, log.steps, log.evaluations))
+
+                log = train(a, p, episodes=args.ablation, mask_actions=masked, on_episode=cb)
+                best = min(log.objectives) / ref
+                e, s, c = hit[0] if hit else ("—", "—", "—")
+                abl_lines.append(f"| {name} | {'on' if masked else 'off'} | {e} | {s} | {c} | {fmt(best)} |")
+                print(abl_lines[-1], flush=True)
+    if args.out:
+        args.out.write_text("# DQN planner vs exact DP, random search and local search (held-out problems)\n\n"
+                            "Generated by `python bench/dqn.py`. Ratios: objective / DP objective (lower is better; "
+                            "`*`: the DP is a per-host heuristic there, not exact). Random search and local search "
+                            f"get the DQN's number of `evaluate` calls.\n\n```\n{stamp}\n```\n\n"
+                            + "\n".join(lines + summary + tune_lines + abl_lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The DQN planner: gymnasium API, masks against evaluate, determinism, checkpoints, the solver."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+gym = pytest.importorskip("gymnasium")
+
+from planmap.errors import PlanmapError  # noqa: E402
+from planmap.evaluate import evaluate  # noqa: E402
+from planmap.problem import Problem, SolveOptions  # noqa: E402
+from planmap.solvers import get  # noqa: E402
+from planmap.solvers.dqn import checkpoint  # noqa: E402
+from planmap.solvers.dqn.agent import Agent, AgentConfig  # noqa: E402
+from planmap.solvers.dqn.env import PlanEnv  # noqa: E402
+from planmap.solvers.dqn.problems import gpu_cluster  # noqa: E402
+from planmap.solvers.dqn.solver import plan_with_agent  # noqa: E402
+from planmap.solvers.dqn.train import train  # noqa: E402
+from planmap.workloads.graphs import layered_dag, paper_topology  # noqa: E402
+from planmap.workloads.pipelines import tight_memory, workload  # noqa: E402
+
+
+def _paper(training: bool = False) -> Problem:
+    g = workload("gnmt-layers", training=training)
+    kw = dict(mode="training", schedule="1f1b", microbatches=4) if training else {}
+    return Problem.from_graph(g, paper_topology(4, memory=tight_memory(g, 4, **kw)), **kw)
+
+
+def _gpus() -> Problem:
+    g = layered_dag(8, 2, seed=3, training=True)
+    kw = dict(mode="training", schedule="1f1b", microbatches=4)
+    return Problem.from_graph(g, gpu_cluster(2, 4, tight_memory(g, 8, slack=3.0, **kw)), replication=True, **kw)
+
+
+def test_env_passes_gymnasium_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    env = PlanEnv(_paper())
+    check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    assert info["action_mask"].dtype == bool and info["action_mask"].any()
+
+
+@pytest.mark.parametrize("make", [_paper, lambda: _paper(True), _gpus])
+def test_masked_episodes_are_feasible_and_return_the_objective(make):
+    """Random valid actions: every finished plan is feasible under evaluate, and the return is -objective/ideal."""
+    p = make()
+    env = PlanEnv(p)
+    rng = np.random.default_rng(0)
+    finished = 0
+    for _ in range(8):
+        obs, info = env.reset()
+        total, done = 0.0, False
+        while not done:
+            a = int(rng.choice(np.flatnonzero(env.action_masks())))
+            obs, r, done, _, info = env.step(a)
+            total += r
+        if "objective" in info:
+            finished += 1
+            ev = evaluate(p, env.plan)
+            assert ev.feasible, ev.violations
+            assert math.isclose(total, -ev.objective / env.features.ideal, rel_tol=1e-9)
+    assert finished >= 6
+
+
+def test_invalid_action_ends_the_episode_with_a_penalty():
+    env = PlanEnv(_paper())
+    env.reset()
+    _, r, done, _, info = env.step(0)  # "continue" before any stage is open
+    assert done and r < 0 and info.get("invalid")
+
+
+def test_same_seed_same_training_and_plan():
+    p = _gpus()
+
+    def run():
+        agent = Agent(AgentConfig(batch=16, eps_decay=100), seed=7)
+        train(agent, p, episodes=4, seed=7)
+        obj, sol, _, _ = plan_with_agent(agent, p, rollouts=3)
+        return obj, sol.assignment.tolist(), [s.devices for s in sol.stages]
+
+    assert run() == run()
+
+
+def test_solver_answers_a_feasible_plan_with_a_certificate(tmp_path):
+    p = _paper()
+    agent = Agent(AgentConfig(batch=16), seed=0)
+    train(agent, p, episodes=4)
+    path = tmp_path / "a.pt"
+    sha = checkpoint.save(agent, path)
+    sol = get("dqn").solve(p, SolveOptions(time_limit=30, passthrough={"checkpoint": str(path), "rollouts": 3,
+                                                                       "exact": True}))
+    ev = evaluate(p, sol)
+    c = sol.certificate
+    assert ev.feasible and math.isclose(c.objective, ev.objective)
+    assert c.options["checkpoint_sha256"] == sha
+    assert "evaluations" in c.message and "reward" in c.message
+    assert c.bound is not None and c.bound <= ev.objective * (1 + 1e-9) and c.gap is not None
+
+
+def test_corrupted_or_mismatched_checkpoint_is_a_clear_error(tmp_path):
+    import torch
+
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(checkpoint.CheckpointError, match="corrupted"):
+        checkpoint.load(bad)
+    good = tmp_path / "good.pt"
+    checkpoint.save(Agent(), good)
+    good_bytes = good.read_bytes()
+    (tmp_path / "cut.pt").write_bytes(good_bytes[: len(good_bytes) // 2])
+    with pytest.raises(checkpoint.CheckpointError, match="corrupted"):
+        checkpoint.load(tmp_path / "cut.pt")
+    blob = torch.load(good, weights_only=True)
+    blob["obs_dim"] = 3
+    torch.save(blob, tmp_path / "other.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="features"):
+        checkpoint.load(tmp_path / "other.pt")
+    blob["obs_dim"], blob["format"] = checkpoint.OBS_DIM, "something-else"
+    torch.save(blob, tmp_path / "fmt.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="format"):
+        checkpoint.load(tmp_path / "fmt.pt")
+    with pytest.raises(PlanmapError, match="does not exist"):
+        get("dqn").solve(_paper(), SolveOptions(passthrough={"checkpoint": str(tmp_path / "missing.pt")}))
+
+
+def test_shipped_checkpoint_is_small_and_loads():
+    path = checkpoint.shipped_path()
+    assert path.is_file() and path.stat().st_size <= 5 * 2**20
+    agent, meta = checkpoint.load()
+    assert meta.get("episodes", 0) > 0
+
+
+def test_agent_cli_trains_writes_a_curve_and_evaluates(tmp_path):
+    pytest.importorskip("matplotlib")
+    from typer.testing import CliRunner
+
+    from planmap.cli import app
+
+    ck, png = tmp_path / "ck.pt", tmp_path / "curve.png"
+    r = CliRunner().invoke(app, ["agent", "train", "-o", str(ck), "--episodes", "2", "--png", str(png)])
+    assert r.exit_code == 0, r.output
+    assert ck.is_file() and png.stat().st_size > 0 and "2 episodes" in r.output
+    r = CliRunner().invoke(app, ["agent", "eval", "--checkpoint", str(ck), "--held-out", "1", "--no-exact",
+                                 "--rollouts", "1"])
+    assert r.exit_code == 0, r.output
+    assert "bert3-ops" in r.output
