@@ -93,10 +93,12 @@ def _baselines(problem: Problem, options: SolveOptions, names: Sequence[str],
                deadline: float) -> list[tuple[str, Solution]]:
     """The baselines that apply to ``problem`` (each skipped when not applicable); Megatron tries its
     meshes until ``deadline`` (a ``time.monotonic()`` instant; its first mesh always)."""
-    from planmap import solvers
+    from planmap.solvers.heuristics.even import SingleDevice
+    from planmap.solvers.pipeline.dp import ThroughputDP
     from planmap.solvers.sharding import baselines as spmd
 
     direct = {"data-parallel": spmd.data_parallel, "fsdp": spmd.fsdp}
+    solvers = {"single": SingleDevice, "dp": ThroughputDP}
     out = []
     for name in names:
         try:
@@ -105,7 +107,7 @@ def _baselines(problem: Problem, options: SolveOptions, names: Sequence[str],
             elif name in direct:
                 sol = direct[name](problem)[0]
             else:
-                sol = solvers.get(name).solve(problem, options)
+                sol = solvers[name]().solve(problem, options)
         except PlanmapError:  # not applicable here (or not installed)
             continue
         out.append((name, sol))
