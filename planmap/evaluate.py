@@ -10,7 +10,9 @@ inputs, computes its nodes, and sends its outputs; all its nodes finish when it 
 runs each node as soon as its inputs exist, independent paths in parallel. Latency is the last
 finish time.
 
-SPMD (a solution with ``shardings``: one stage over a mesh): see :mod:`planmap.evaluate_spmd`.
+SPMD (a solution with ``shardings``: one stage over a mesh): see :mod:`planmap.evaluate_spmd`; several
+sharded stages (a whole-cluster plan): :mod:`planmap.evaluate_stages` (single-device stages without specs
+are the plain pipeline below).
 
 Throughput (pipelined): the load of a device group (the devices of a stage; several = replicated)
 is its nodes' compute plus, once per value, what it receives and sends; divided by the number of
@@ -23,65 +25,18 @@ load (or max forward load + max backward load).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
 from planmap.crossings import crossings
 from planmap.evaluation import Evaluation, memory_violations
-from planmap.graph import topological_order
 from planmap.problem import Problem, Solution
+from planmap.structure import flatten_groups as _flatten
+from planmap.structure import nonconvex_units, quotient_order
+from planmap.structure import placement_checks as _common_checks
 from planmap.vocabulary import Mode, ObjectiveKind, ThroughputVariant
 
 __all__ = ["Evaluation", "evaluate", "nonconvex_units", "quotient_order"]
-
-
-# ------------------------------------------------------------------------------ graph helpers
-def nonconvex_units(graph, unit: np.ndarray, mask: np.ndarray | None = None) -> list[int]:
-    """Units (stage or group ids per node) whose node set is not convex: some path leaves and re-enters.
-
-    With ``mask``, only the subgraph induced by the masked nodes counts (training: the forward graph).
-    """
-    n = graph.num_nodes
-    if n == 0:
-        return []
-    pindptr, pids = graph.pred
-    sindptr, sids = graph.succ
-    unit_l = unit.tolist()
-    bit = [1 << u for u in unit_l]
-    if mask is not None:
-        bit = [b if m else 0 for b, m in zip(bit, mask.tolist(), strict=True)]
-    down = [0] * n  # units with a path into v (through at least one edge)
-    for v in range(n):
-        m = 0
-        if bit[v] or mask is None:
-            for u in pids[pindptr[v]: pindptr[v + 1]].tolist():
-                m |= down[u] | bit[u]
-        down[v] = m
-    bad = 0
-    up = [0] * n
-    for v in range(n - 1, -1, -1):
-        m = 0
-        if bit[v] or mask is None:
-            for w in sids[sindptr[v]: sindptr[v + 1]].tolist():
-                m |= up[w] | bit[w]
-        up[v] = m
-        bad |= (down[v] & m) & ~bit[v]
-    return [u for u in range(bad.bit_length()) if bad >> u & 1]
-
-
-def quotient_order(graph, unit: np.ndarray, num_units: int, extra: Sequence[tuple[int, int]] = (),
-                   mask: np.ndarray | None = None) -> list[int] | None:
-    """A topological order of units under the node edges (plus ``extra`` unit edges); None on a cycle.
-
-    With ``mask``, only edges between masked nodes count (training: the forward graph)."""
-    s, d = graph.node_edges
-    us, ud = unit[s], unit[d]
-    keep = us != ud
-    if mask is not None:
-        keep &= mask[s] & mask[d]
-    pairs = set(zip(us[keep].tolist(), ud[keep].tolist(), strict=True)) | set(extra)
-    return topological_order(num_units, sorted(pairs))
 
 
 def _charges(problem: Problem, val, pu, cu, unit_device: np.ndarray, by_device_io: bool):
@@ -133,48 +88,17 @@ def _memory(problem: Problem, group_of: np.ndarray, members: tuple[np.ndarray, n
     return mem
 
 
-def _flatten(groups: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
-    """``(devices, group index)`` of every (group, distinct device) pair, in group order: no G x D matrix."""
-    distinct = [tuple(dict.fromkeys(devs)) for devs in groups]
-    lens = np.fromiter((len(devs) for devs in distinct), np.int64, len(distinct))
-    flat = np.fromiter((d for devs in distinct for d in devs), np.int64, int(lens.sum()))
-    return flat, np.repeat(np.arange(len(groups)), lens)
-
-
-def _common_checks(problem: Problem, solution: Solution, group_of: np.ndarray, members: tuple[np.ndarray, np.ndarray],
-                   violations: list[str]):
-    g, topo = problem.graph, problem.topology
-    names = topo.names
-    # every node where it may run (all devices of its group)
-    flat, owner = members
-    starts = np.concatenate([[0], np.cumsum(np.bincount(owner))])
-    size = starts[1:] - starts[:-1]
-    node = np.repeat(np.arange(len(group_of)), size[group_of])  # one row per (node, device of its group)
-    at = np.arange(len(node)) - np.repeat(np.cumsum(size[group_of]) - size[group_of], size[group_of])
-    dev = flat[starts[group_of][node] + at]
-    bad = np.unique(node[~problem.allowed[node, dev]])
-    if len(bad):
-        i = int(bad[0])
-        violations.append(f"{len(bad)} node(s) placed where they cannot run (unsupported or pinned elsewhere), "
-                          f"e.g. {g.op_name[i]!r} on {', '.join(names[d] for d in flat[owner == group_of[i]])}")
-    cls = g.colocation
-    has = cls >= 0
-    if has.any():
-        c, grp = cls[has], group_of[has]
-        order = np.lexsort((grp, c))
-        c, grp = c[order], grp[order]
-        split = np.flatnonzero((c[1:] == c[:-1]) & (grp[1:] != grp[:-1]))
-        if len(split):
-            violations.append(f"{len(np.unique(c[split]))} colocation class(es) split across devices, "
-                              f"e.g. class {int(c[split[0]])}")
-
-
 def evaluate(problem: Problem, solution: Solution) -> Evaluation:
     """Objective, per-device memory and load, and every violated constraint of ``solution``."""
     if len(solution.assignment) != problem.graph.num_nodes:
         raise ValueError(f"evaluate requires an assignment of {problem.graph.num_nodes} nodes, "
                          f"but got {len(solution.assignment)}")
-    if solution.shardings is not None:
+    if solution.shardings is not None and solution.num_stages > 1:
+        from planmap.evaluate_stages import evaluate_stages, is_plain_pipeline
+
+        if not is_plain_pipeline(solution):
+            return evaluate_stages(problem, solution)
+    elif solution.shardings is not None:
         from planmap.evaluate_spmd import evaluate_spmd_solution
 
         return evaluate_spmd_solution(problem, solution)

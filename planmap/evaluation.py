@@ -35,6 +35,7 @@ class Evaluation:
     step_time: float  # latency: = objective; pipelines: (microbatches + stages - 1) x bottleneck
     stage_order: tuple[int, ...]  # pipelines: stage ids in pipeline order
     spmd: Any = None  # SPMD plans: the planmap.sharding.SpmdEvaluation (collectives, compute vs comm)
+    stages: tuple = ()  # whole-cluster plans: a planmap.evaluate_stages.StageEvaluation per stage
 
     @property
     def bottleneck_device(self) -> int:

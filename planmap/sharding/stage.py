@@ -36,13 +36,15 @@ class StageMap:
     """Ids of a stage's sub-graph in the original graph: ``ops[i]`` (original op of sub op ``i``),
     ``values[v]`` (original value of sub value ``v``), ``args[k]`` (original argument index of sub
     argument ``k``, -1 for a value received from another stage), ``received`` (sub value ids of those),
-    ``sent`` (sub value ids produced here and read by ops outside the stage)."""
+    ``sent`` (sub value ids produced here and read by ops outside the stage), ``own`` (per sub op: one of
+    the stage's given ops, not a recomputed op copied from another stage)."""
 
     ops: np.ndarray
     values: np.ndarray
     args: np.ndarray
     received: np.ndarray
     sent: np.ndarray
+    own: np.ndarray
 
     def value_of(self, original_value: int) -> int | None:
         """The sub value id of an original value id (None when the stage does not hold it)."""
@@ -153,7 +155,8 @@ def stage_graph(original: OpGraph, ops: np.ndarray) -> OpGraph:
     sub.meta["stage"] = StageMap(
         ops=_ro(eff, np.int64), values=_ro(values, np.int64),
         args=_ro([a.index for a in arg_kept] + [-1] * len(received), np.int64),
-        received=_ro(new_id[received], np.int64), sent=_ro(new_id[np.asarray(sent, np.int64)], np.int64))
+        received=_ro(new_id[received], np.int64), sent=_ro(new_id[np.asarray(sent, np.int64)], np.int64),
+        own=_ro(np.isin(eff, ops_in), bool))
     return sub
 
 
@@ -191,7 +194,9 @@ def _memo(problem: Any, key: str) -> dict:
 def stage_tables(problem: Any, ops: np.ndarray, mesh: LogicalMesh) -> ShardingTables:
     """Sharding tables of the stage of original op ids ``ops`` on ``mesh`` (a LogicalMesh over the stage's
     devices): the tables of :func:`stage_graph` with the problem's topology, mode, optimizer,
-    microbatches, memory headroom and fused op costs. Cached in ``problem.memo`` per (ops, mesh)."""
+    microbatches, memory headroom and fused op costs (a recomputed op copied from another stage costs no
+    time here: XLA fuses it into its readers, and its own stage charges it once). Cached in
+    ``problem.memo`` per (ops, mesh)."""
     from planmap.kernels import kernel_counts
 
     ops = np.unique(np.asarray(ops, np.int64))
@@ -212,9 +217,10 @@ def stage_tables(problem: Any, ops: np.ndarray, mesh: LogicalMesh) -> ShardingTa
         kernels = kernel_counts(original, original)
         costs[t] = (kernels, fused_op_costs(problem, t, kernels))
     kernels, (roofline, launch) = costs[t]
+    own = smap.own  # copies of recomputed ops are fused into their readers: no time of their own
     out = ShardingTables.build(sub, problem.topology, mesh, mode=problem.mode, optimizer=problem.cost.optimizer,
                                kernels=kernels[smap.ops], microbatches=problem.microbatches,
                                memory_headroom=problem.memory_headroom,
-                               op_costs=(roofline[smap.ops], launch[smap.ops]))
+                               op_costs=(roofline[smap.ops] * own, launch[smap.ops] * own))
     tables[key] = out
     return out

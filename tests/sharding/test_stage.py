@@ -8,24 +8,7 @@ import pytest
 from planmap.problem import SolveOptions
 from planmap.sharding import LogicalMesh, ShardingTables, evaluate_spmd, logical_meshes, propagate
 from planmap.sharding.stage import stage_graph, stage_map, stage_tables
-from tests.sharding.graphs import ROOT
-
-
-@pytest.fixture(scope="module")
-def gpt_train():
-    from planmap.assemble import build_problem
-    from planmap.spec import load_spec
-
-    return build_problem(load_spec(ROOT / "specs" / "gpt-train-8dev.yaml"))
-
-
-def two_stages(problem) -> tuple[np.ndarray, np.ndarray]:
-    """Original op ids of a 2-stage split of the coarse graph: embedding and layers 0-1 (forward and
-    backward) | layers 2-3, head and loss."""
-    g = problem.graph
-    first = [i for i in range(g.num_nodes) if g.layer[i] in (0, 1) or "embed" in g.op_name[i]]
-    second = sorted(set(range(g.num_nodes)) - set(first))
-    return tuple(np.sort(np.concatenate([g.members_of(i) for i in nodes])) for nodes in (first, second))
+from tests.sharding.stages import two_stages
 
 
 def test_a_stage_of_every_op_is_the_whole_problem(gpt_train):

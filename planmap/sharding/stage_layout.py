@@ -1,0 +1,239 @@
+"""Whole-cluster plans and per-stage layouts: the plan's one :class:`~planmap.problem.Shardings` dict read
+as a complete layout per stage (:func:`stage_layouts`), and written from them (:func:`stages_solution`).
+
+A plan of several sharded stages keeps ONE dict keyed as a one-stage SPMD plan's (argument index;
+(original op id, result number)), each spec in the axis names of the stage that *owns* the tensor: a
+value's producer's stage, an argument's first stage that reads it (its lowest stage index). Every other
+stage that holds the tensor — a value received from another stage, a parameter two stages read (tied
+embeddings), a recomputed constant — holds it in the owner's spec *restricted by name* to its own axes
+(:func:`restrict`): an axis name it does not have, or one whose size no longer divides the dim, is
+dropped. That is the runtime's rule too (``runtime/layout.py`` restricts a spec to a stage's mesh), so
+the evaluator costs the transfer the runtime does: a ``device_put`` from the sender's layout to that one.
+
+Because a stage's received values take their specs from their senders' layouts, and a training stage
+both sends activations forward and receives gradients back, :func:`stage_layouts` propagates the stages
+in sweeps (forward order, then backward order) until no received spec changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planmap.sharding.mesh import LogicalMesh
+from planmap.sharding.solution import axis_names
+from planmap.sharding.specs import Spec, from_partition_spec, is_valid, partition_spec, replicated
+from planmap.sharding.spmd import Propagation, compress
+from planmap.sharding.stage import StageMap, stage_map, stage_tables
+from planmap.sharding.tables import ShardingTables
+
+__all__ = ["StageLayout", "stage_op_ids", "stage_mesh", "restrict", "stage_layouts", "stages_solution"]
+
+Named = tuple[tuple[str, ...], ...]  # a spec by axis names: per dim, the names splitting it
+
+
+@dataclass(frozen=True, eq=False)
+class StageLayout:
+    """One stage of a whole-cluster plan: its original op ids, mesh and axis names (``("_",)`` for a
+    single device without axes), sharding tables and complete layout ``{sub value id: spec}``."""
+
+    index: int
+    ops: np.ndarray
+    mesh: LogicalMesh
+    names: tuple[str, ...]
+    tables: ShardingTables
+    layout: dict[int, Spec]
+
+    @property
+    def map(self) -> StageMap:
+        m = stage_map(self.tables.graph)
+        assert m is not None  # stage tables always carry their map
+        return m
+
+
+def stage_op_ids(problem: Any, assignment: np.ndarray, num_stages: int) -> list[np.ndarray]:
+    """Per stage, the original op ids of the coarse nodes assigned to it (sorted)."""
+    g = problem.graph
+    per: list[list[np.ndarray]] = [[] for _ in range(num_stages)]
+    for i, k in enumerate(np.asarray(assignment).tolist()):
+        per[k].append(g.members_of(i))
+    return [np.sort(np.concatenate(p)).astype(np.int64) if p else np.zeros(0, np.int64) for p in per]
+
+
+def stage_mesh(topology: Any, stage: Any) -> tuple[LogicalMesh, tuple[str, ...]]:
+    """The LogicalMesh of a plan stage (its devices row-major over its axes) and the axis names
+    (``ValueError`` with the reason when they do not form one)."""
+    names = tuple(n for n, _ in stage.mesh_axes)
+    sizes = tuple(int(s) for _, s in stage.mesh_axes)
+    if len({int(topology.device_type[d]) for d in stage.devices}) > 1:
+        raise ValueError(f"the stage on {topology.names[stage.devices[0]]} mixes device types; a sharded stage "
+                         "runs on devices of one type")
+    if not names:
+        if stage.replicas > 1:
+            raise ValueError(f"the stage on {topology.names[stage.devices[0]]} has {stage.replicas} devices but no "
+                             "mesh axes")
+        return LogicalMesh.build(topology, (1,), stage.devices), ("_",)
+    if len(set(names)) != len(names):
+        raise ValueError(f"the mesh axis names {list(names)} of a stage are not distinct")
+    if math.prod(sizes) != stage.replicas:
+        raise ValueError(f"the stage mesh {dict(stage.mesh_axes)} needs {math.prod(sizes)} devices, but the stage "
+                         f"has {stage.replicas}")
+    return LogicalMesh.build(topology, sizes, stage.devices), names
+
+
+def _named(entries: Sequence) -> Named:
+    return tuple(() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in entries)
+
+
+def restrict(named: Named, names: Sequence[str], sizes: Sequence[int], shape: Sequence[int]) -> Spec:
+    """A spec by axis names held by a stage with axes ``names``/``sizes``: the names it lacks dropped, and
+    a dim's axes dropped when their sizes do not divide it (the tensor is then whole along that dim)."""
+    index = {n: i for i, n in enumerate(names)}
+    out = []
+    for dim, n in zip(named, shape, strict=True):
+        axes = tuple(sorted(index[a] for a in dim if a in index))
+        out.append(axes if n % math.prod(sizes[a] for a in axes) == 0 else ())
+    spec = tuple(out)
+    return spec if is_valid(spec, shape, sizes) else replicated(len(shape))
+
+
+def _owned(named: Named, st: StageLayout, v: int, what: str) -> Spec:
+    """The spec of a tensor in its owner's stage (``ValueError`` for unknown axes or an invalid split)."""
+    shape = st.tables.shapes[v]
+    if len(named) != len(shape):
+        raise ValueError(f"the sharding of {what} has {len(named)} entries, but the tensor has rank {len(shape)}")
+    try:
+        spec = from_partition_spec(named, st.names)
+    except ValueError as e:
+        raise ValueError(f"the sharding of {what} (stage {st.index}): {e}") from None
+    if not is_valid(spec, shape, st.mesh.axis_sizes):
+        raise ValueError(f"the sharding {[list(d) for d in named]} of {what} (shape {list(shape)}) is invalid on "
+                         f"stage {st.index}'s mesh {dict(zip(st.names, st.mesh.axis_sizes, strict=True))}")
+    return spec
+
+
+def _overrides(problem: Any, stages: list[StageLayout], shardings: Any) -> list[dict[int, Spec]]:
+    """Per stage, the plan's specs as propagation overrides ``{sub value id: spec}`` (module doc)."""
+    original = problem.original
+    outputs = original.outputs or ()
+    over: list[dict[int, Spec]] = [{} for _ in stages]
+    for i, entries in sorted(shardings.args.items()):
+        i, named = int(i), _named(entries)
+        holders = [(st, pos) for st in stages for pos in np.flatnonzero(st.map.args == i).tolist()]
+        if not 0 <= i < len(original.args):
+            raise ValueError(f"the plan shards argument {i}, but the model has {len(original.args)} arguments")
+        for st, pos in holders:
+            v = st.tables.graph.args[pos].value
+            what = f"argument {i} ({original.args[i].name})"
+            over[st.index][v] = (_owned(named, st, v, what) if st is holders[0][0] else
+                                 restrict(named, st.names, st.mesh.axis_sizes, st.tables.shapes[v]))
+    for (op, r), entries in sorted(shardings.values.items()):
+        op, r, named = int(op), int(r), _named(entries)
+        if not 0 <= op < original.num_nodes or not 0 <= r < len(outputs[op]):
+            raise ValueError(f"the plan constrains op {op} result {r}, which the model does not have "
+                             f"({original.num_nodes} ops)")
+        owner = _owner_of(stages, op)
+        for st in stages:
+            sub = st.map.op_of(op)
+            if sub is None:
+                continue
+            g = st.tables.graph
+            v = int(np.flatnonzero((g.value_node == sub) & (g.value_index == r))[0])
+            what = f"op {op} result {r} ({original.op_name[op]})"
+            over[st.index][v] = (_owned(named, st, v, what) if st.index == owner else
+                                 restrict(named, st.names, st.mesh.axis_sizes, st.tables.shapes[v]))
+    return over
+
+
+def _owner_of(stages: list[StageLayout], op: int) -> int:
+    """The stage whose own ops (the coarse nodes assigned to it) include original op ``op``."""
+    for st in stages:
+        k = int(np.searchsorted(st.ops, op))
+        if k < len(st.ops) and int(st.ops[k]) == op:
+            return st.index
+    return -1
+
+
+def _received(original: Any, stages: list[StageLayout], props: list[Propagation], owner: np.ndarray,
+              k: int) -> dict[int, Spec]:
+    """Stage ``k``'s received values in their senders' current specs, restricted to its axes."""
+    st = stages[k]
+    out: dict[int, Spec] = {}
+    for w in st.map.received.tolist():
+        v = int(st.map.values[w])
+        src = stages[int(owner[int(original.value_node[v])])]
+        sv = src.map.value_of(v)
+        shape = st.tables.shapes[w]
+        named: Named = ((),) * len(shape) if sv is None else tuple(
+            tuple(src.names[a] for a in dim) for dim in props[src.index].spec(sv))
+        out[w] = restrict(named, st.names, st.mesh.axis_sizes, shape)
+    return out
+
+
+def stage_layouts(problem: Any, solution: Any) -> list[StageLayout]:
+    """Every stage of a whole-cluster ``solution`` with its complete layout (module doc); ``ValueError``
+    with the reason when a stage's mesh or a recorded spec does not fit."""
+    ops = stage_op_ids(problem, solution.assignment, solution.num_stages)
+    stages = []
+    for k, stage in enumerate(solution.stages):
+        if len(ops[k]) == 0:
+            raise ValueError(f"stage {k} has no nodes")
+        mesh, names = stage_mesh(problem.topology, stage)
+        stages.append(StageLayout(k, ops[k], mesh, names, stage_tables(problem, ops[k], mesh), {}))
+    over = _overrides(problem, stages, solution.shardings)
+    owner = np.full(problem.original.num_nodes, -1, np.int64)
+    for st in stages:
+        owner[st.ops] = st.index
+    props = [Propagation(st.tables, over[st.index]) for st in stages]
+    S = len(stages)
+    sweeps = [list(range(S)), list(range(S - 1, -1, -1))]
+    for sweep in range(2 * S + 2):
+        changed = False
+        for k in sweeps[sweep % 2]:
+            for w, spec in _received(problem.original, stages, props, owner, k).items():
+                if w not in over[k] and props[k].spec(w) != spec:
+                    props[k].set_argument(w, spec)
+                    changed = True
+        if not changed:
+            break
+    return [StageLayout(st.index, st.ops, st.mesh, st.names, st.tables, props[st.index].specs()) for st in stages]
+
+
+def stages_solution(problem: Any, assignment: np.ndarray, layouts: Sequence[tuple[ShardingTables, Mapping[int, Spec]]],
+                    certificate: Any, *, schedule: str | None = None, microbatches: int | None = None) -> Any:
+    """The Solution of a whole-cluster plan from each stage's tables (:func:`stage_tables`, in stage order)
+    and complete layout: stages on the tables' meshes with role-named axes (``()`` for one device), and
+    the layouts compressed into the one Shardings dict in the owners' axis names (module doc). A received
+    value's or a shared argument's spec in a non-owning stage is not recorded: the plan gives it the
+    owner's spec restricted to that stage's axes."""
+    from planmap.problem import Shardings, Solution, Stage
+
+    stages, args, values = [], {}, {}
+    held: set[int] = set()  # arguments an earlier stage holds (and so owns)
+    for tables, specs in layouts:
+        m = stage_map(tables.graph)
+        if m is None:
+            raise ValueError("stages_solution requires stage tables (planmap.sharding.stage.stage_tables)")
+        single = tables.mesh.num_devices == 1
+        own_args = {k: s for k, s in specs.items() if k not in set(m.received.tolist())}  # roles from the model's
+        names = ("_",) if single else axis_names(tables, own_args)
+        stages.append(Stage(tuple(int(d) for d in tables.mesh.devices),
+                            () if single else tuple(zip(names, tables.mesh.axis_sizes, strict=True))))
+        g = tables.graph
+        for v, spec in sorted(compress(tables, specs).items()):
+            entries = tuple(tuple(e) if isinstance(e, list) else e for e in partition_spec(spec, names))
+            node = int(g.value_node[v])
+            if node < 0:
+                i = int(m.args[next(a.index for a in g.args if a.value == v)])
+                if i >= 0 and i not in held:
+                    args[i] = entries
+            elif m.own[node]:
+                values[(int(m.ops[node]), int(g.value_index[v]))] = entries
+        held.update(int(i) for i in m.args.tolist() if i >= 0)
+    return Solution(np.asarray(assignment, np.int32), tuple(stages), certificate, schedule=schedule,
+                    microbatches=problem.microbatches if microbatches is None else microbatches,
+                    shardings=Shardings((), args, values))
