@@ -51,10 +51,9 @@ def grid_plan(problem, groups, point, m):
     from dataclasses import replace
 
     from planmap.problem import Certificate, Status
-    from planmap.sharding import LogicalMesh
+    from planmap.sharding import LogicalMesh, evaluate_spmd
     from planmap.sharding.stage import stage_tables
-    from planmap.sharding import evaluate_spmd
-    from planmap.solvers.cluster.layouts import StageLayout, baseline_layouts, compose_layout, stage_shardings
+    from planmap.solvers.cluster.layouts import StageLayout, baseline_layouts, compose_layout
     from planmap.solvers.cluster.space import StagePlan, build_solution, device_order
 
     dp, fsdp, tp, pp = point
@@ -84,8 +83,7 @@ def grid_plan(problem, groups, point, m):
             specs = lays.get(want) or lays.get("data-parallel") or next(iter(lays.values()))
             parts.append(StageLayout(gt, specs, evaluate_spmd(gt, specs), want, Status.HEURISTIC))
         lay = compose_layout(tables, parts)
-        axes, args, values = stage_shardings(lay)
-        plans.append(StagePlan(bounds[k], bounds[k + 1], devs, axes, args, values))
+        plans.append(StagePlan(bounds[k], bounds[k + 1], devs, tables, lay.specs))
     return build_solution(pm, groups, plans, Certificate(Status.HEURISTIC, "grid"), microbatches=m)
 
 
@@ -157,8 +155,9 @@ def bench_scale(layers: int, batch: int, time_limit: float) -> dict:
     ans = plan_cluster(problem, SolveOptions(time_limit=time_limit), baselines=("single", "data-parallel", "fsdp",
                                                                                  "dp"))
     wall = time.perf_counter() - t0
-    return dict(ops=original.num_nodes, nodes=coarse.num_nodes, wall=wall, stats=ans.stats, plan=_describe(ans.solution),
-                step=ans.evaluation.step_time / ans.solution.microbatches, winner=ans.solution.certificate.message)
+    return dict(ops=original.num_nodes, nodes=coarse.num_nodes, wall=wall, stats=ans.stats,
+                plan=_describe(ans.solution), step=ans.evaluation.step_time / ans.solution.microbatches,
+                winner=ans.solution.certificate.message)
 
 
 def main() -> None:
@@ -172,8 +171,8 @@ def main() -> None:
     args = ap.parse_args()
     stamp = header()
     print(stamp + "\n", flush=True)
-    lines = ["| spec | planmap plan | planmap ms/microbatch | best grid point (dp, fsdp, tp, pp), M | grid ms/microbatch "
-             "| ratio | grid points fitting memory | plan s |", "|" + "---|" * 8]
+    lines = ["| spec | planmap plan | planmap ms/microbatch | best grid point (dp, fsdp, tp, pp), M "
+             "| grid ms/microbatch | ratio | grid points fitting memory | plan s |", "|" + "---|" * 8]
     for name in args.specs:
         r = bench_spec(name, args.time_limit)
         b = r["best"]
@@ -185,7 +184,8 @@ def main() -> None:
     if args.scale:
         r = bench_scale(args.layers, args.batch, args.time_limit)
         st = r["stats"]
-        scale = ["", f"## GPT-2-XL-shaped training step, {args.layers} layers, batch {args.batch}, 2 hosts × 8 H100", "",
+        title = f"## GPT-2-XL-shaped training step, {args.layers} layers, batch {args.batch}, 2 hosts × 8 H100"
+        scale = ["", title, "",
                  f"- {r['ops']} ops, {r['nodes']} coarse nodes, {st['groups']} layer groups ({st['distinct_groups']} "
                  f"distinct)",
                  f"- planned end to end in {r['wall']:.1f} s: tables {st['tables_time']:.1f} s, group sharding "

@@ -9,9 +9,8 @@ the same layout on every run; the wall-clock limit is only a safety net, and an 
 says so (``cut_by_clock``) so that the certificate can state it. Without the IP module (no ``highspy``)
 the best baseline stands, unproven.
 
-:func:`stage_shardings` writes a stage's layout in the plan's keys (original argument index, original
-(op id, result number)) with role-named mesh axes, as :func:`planmap.sharding.solution.spmd_solution`
-does for a one-stage plan.
+:func:`compose_layout` makes the layout of a stage of several layer groups from the groups' own
+layouts, and :func:`refine_layout` improves one with the IP (repeated layers tied).
 """
 
 from __future__ import annotations
@@ -21,9 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from planmap.problem import SolveOptions, Status
-from planmap.sharding import ShardingTables, SpmdEvaluation, evaluate_spmd, partition_spec, propagate
-from planmap.sharding.solution import axis_names
-from planmap.sharding.spmd import compress
+from planmap.sharding import ShardingTables, SpmdEvaluation, evaluate_spmd, propagate
 from planmap.sharding.stage import stage_map
 from planmap.solvers.sharding.baselines import (
     _data_specs,
@@ -32,7 +29,7 @@ from planmap.solvers.sharding.baselines import (
     megatron_overrides,
 )
 
-__all__ = ["StageLayout", "solve_stage", "stage_shardings", "WORK_LIMITS", "baseline_layouts", "compose_layout",
+__all__ = ["StageLayout", "solve_stage", "WORK_LIMITS", "baseline_layouts", "compose_layout",
            "refine_layout"]
 
 # HiGHS work limits of one stage's IP: deterministic (the same nodes and iterations on every run)
@@ -184,30 +181,3 @@ def refine_layout(start: StageLayout, options: SolveOptions) -> StageLayout:
         return start
     ip = _ip_layout(start.tables, options, start, tie_layers=True)
     return ip if ip.evaluation.feasible and ip.time < start.time else start
-
-
-def stage_shardings(layout: StageLayout) -> tuple[tuple[tuple[str, int], ...], dict[int, tuple], dict]:
-    """(mesh axes, args, values) of a stage's layout in the plan's keys: role-named axes; the arguments
-    of the original graph that are not replicated (by original index); the op results whose spec differs
-    from the default propagation (by original (op id, result number)). Values the stage receives from
-    another stage are not written here (they are the sender's)."""
-    t, specs = layout.tables, layout.specs
-    g = t.graph
-    smap = stage_map(g)
-    names = axis_names(t, specs)
-    axes = tuple(zip(names, t.mesh.axis_sizes, strict=True))
-    arg_of = {a.value: a.index for a in g.args}
-    args: dict[int, tuple] = {}
-    values: dict = {}
-    for v, spec in sorted(compress(t, specs).items()):
-        entries = tuple(tuple(e) if isinstance(e, list) else e for e in partition_spec(spec, names))
-        if v in arg_of:
-            k = arg_of[v]
-            orig = int(smap.args[k]) if smap is not None else k
-            if orig >= 0:
-                args[orig] = entries
-        else:
-            node = int(g.value_node[v])
-            op = int(smap.ops[node]) if smap is not None else node
-            values[(op, int(g.value_index[v]))] = entries
-    return axes, args, values

@@ -33,7 +33,7 @@ from planmap.vocabulary import ObjectiveKind
 
 from .costs import StageCosts, inflight_rows
 from .dp import DPResult, stage_dp
-from .layouts import StageLayout, compose_layout, refine_layout, stage_shardings
+from .layouts import StageLayout, compose_layout, refine_layout
 from .space import LayerGroups, StagePlan, Submesh, build_solution, device_order, layer_groups, stage_meshes, submeshes
 
 __all__ = ["Cluster", "ClusterAnswer", "plan_cluster", "BASELINE_NAMES"]
@@ -85,8 +85,7 @@ def _stage_plan(problem: Problem, costs: StageCosts, sub: Submesh, choice: int, 
     if lay.base + inflight * lay.stash > tables.capacity and choice % 2 == 0:
         lean = compose_layout(tables, [costs.group_layout(g, mesh, 1) for g in range(start, stop)])
         lay = lean if lean.base + inflight * lean.stash <= tables.capacity else lay
-    axes, args, values = stage_shardings(lay)
-    return StagePlan(start, stop, tuple(int(d) for d in mesh.devices), axes, args, values), lay
+    return StagePlan(start, stop, tuple(int(d) for d in mesh.devices), tables, lay.specs), lay
 
 
 def _baselines(problem: Problem, options: SolveOptions, names: Sequence[str],

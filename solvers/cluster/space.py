@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planmap.problem import Certificate, Problem, Shardings, Solution, Stage
-from planmap.sharding import LogicalMesh, logical_meshes
+from planmap.problem import Certificate, Problem, Solution, Stage
+from planmap.sharding import LogicalMesh, ShardingTables, logical_meshes, propagate
+from planmap.sharding.solution import spmd_solution
+from planmap.sharding.stage import stage_tables
+from planmap.sharding.stage_layout import stages_solution
 from planmap.solvers.pipeline.stage_units import build_units
 
 __all__ = ["LayerGroups", "Submesh", "StagePlan", "layer_groups", "device_order", "submeshes", "stage_meshes",
@@ -203,29 +206,27 @@ def stage_meshes(problem: Problem, sub: Submesh, max_axes: int = 2) -> list[Logi
 
 
 # ------------------------------------------------------------------------------------ solution
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StagePlan:
-    """One stage of a plan: layer groups ``[start, stop)`` on ``devices`` (row-major over ``mesh_axes``),
-    and its shardings in the contract's keys (argument index / (original op id, result number) ->
-    PartitionSpec entries in the stage's axis names). A one-device stage has no axes and no shardings."""
+    """One stage of a plan: layer groups ``[start, stop)`` on ``devices``; a sharded stage also has its
+    stage tables (:func:`planmap.sharding.stage.stage_tables` of the range's ops on the stage's mesh,
+    whose devices are the stage's in row-major order) and a complete layout ``{sub value id: spec}``."""
 
     start: int
     stop: int
     devices: tuple[int, ...]
-    mesh_axes: tuple[tuple[str, int], ...] = ()
-    args: dict[int, tuple] | None = None
-    values: dict[tuple[int, int], tuple] | None = None
+    tables: ShardingTables | None = None
+    specs: dict | None = None
 
 
 def build_solution(problem: Problem, groups: LayerGroups, stages: Sequence[StagePlan], certificate: Certificate,
                    *, microbatches: int, schedule: str | None = None) -> Solution:
     """The :class:`~planmap.problem.Solution` of a whole-cluster plan (the shared contract's form).
 
-    Stages must cover the groups ``0 .. G-1`` in order with contiguous ranges. One stage: today's SPMD
-    form (``Shardings.mesh_axes`` = the stage's axes) when it is sharded, a plain one-device stage
-    otherwise. Several stages: one :class:`~planmap.problem.Shardings` with ``mesh_axes = ()`` whose
-    dicts merge every stage's (an argument keeps the spec of the first stage that gives one: its first
-    consumer), or ``None`` when no stage is sharded (a pipeline of single devices, judged as today)."""
+    Stages must cover the groups ``0 .. G-1`` in order with contiguous ranges. One sharded stage:
+    today's SPMD form (:func:`~planmap.sharding.solution.spmd_solution`). Several stages, some sharded:
+    :func:`~planmap.sharding.stage_layout.stages_solution` (one Shardings dict in the owners' axis names).
+    No stage sharded: a pipeline of single devices, as the pipeline solvers write it."""
     if not stages or stages[0].start != 0 or stages[-1].stop != groups.num_groups or any(
             a.stop != b.start or a.stop <= a.start for a, b in zip(stages[:-1], stages[1:], strict=True)):
         raise ValueError(f"build_solution requires contiguous stages covering groups 0..{groups.num_groups - 1}, "
@@ -234,21 +235,21 @@ def build_solution(problem: Problem, groups: LayerGroups, stages: Sequence[Stage
     for k, s in enumerate(stages):
         stage_of_group[s.start:s.stop] = k
     assignment = stage_of_group[groups.node_group]
-    out_stages = tuple(Stage(s.devices, s.mesh_axes) for s in stages)
-    sharded = [s for s in stages if s.mesh_axes]
-    shardings = None
-    if len(stages) == 1 and sharded:
+    sched = schedule or problem.schedule
+    sharded = [s for s in stages if s.tables is not None and s.tables.mesh.num_devices > 1]
+    if not sharded:
+        return Solution(assignment, tuple(Stage(s.devices) for s in stages), certificate, schedule=sched,
+                        microbatches=int(microbatches))
+    if len(stages) == 1:
         s = stages[0]
-        shardings = Shardings(s.mesh_axes, dict(s.args or {}), dict(s.values or {}))
-    elif sharded:
-        args: dict[int, tuple] = {}
-        values: dict[tuple[int, int], tuple] = {}
-        for s in stages:
-            for i, spec in sorted((s.args or {}).items()):
-                args.setdefault(i, spec)
-            values.update(s.values or {})
-        shardings = Shardings((), args, dict(sorted(values.items())))
-    # an SPMD plan (one sharded stage) has no pipeline schedule; a pipeline runs the problem's
-    sched = None if len(stages) == 1 and shardings is not None else (schedule or problem.schedule)
-    return Solution(assignment, out_stages, certificate, schedule=sched, microbatches=int(microbatches),
-                    shardings=shardings)
+        sol = spmd_solution(problem, s.tables, s.specs, certificate)
+        return replace(sol, microbatches=int(microbatches))
+    layouts = []
+    for s in stages:
+        if s.tables is None:
+            mesh = LogicalMesh.build(problem.topology, (1,), list(s.devices))
+            tables = stage_tables(problem, groups.range_ops(s.start, s.stop), mesh)
+            layouts.append((tables, propagate(tables, {})))
+        else:
+            layouts.append((s.tables, s.specs))
+    return stages_solution(problem, assignment, layouts, certificate, schedule=sched, microbatches=int(microbatches))

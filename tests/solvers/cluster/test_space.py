@@ -10,9 +10,10 @@ import pytest
 
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, SolveOptions, Status
+from planmap.sharding import evaluate_spmd, propagate
 from planmap.sharding.solution import spmd_solution
 from planmap.sharding.stage import stage_tables
-from planmap.solvers.cluster.layouts import baseline_layouts, compose_layout, solve_stage, stage_shardings
+from planmap.solvers.cluster.layouts import baseline_layouts, compose_layout, solve_stage
 from planmap.solvers.cluster.space import (
     StagePlan,
     build_solution,
@@ -75,14 +76,15 @@ def test_one_stage_solution_is_the_spmd_plan_of_its_layout():
     sub = [s for s in submeshes(p, device_order(p)) if s.size == 2][0]
     mesh = stage_meshes(p, sub)[0]
     tables = stage_tables(p, lg.range_ops(0, lg.num_groups), mesh)
-    lay = solve_stage(tables, SolveOptions())[0]
-    axes, args, values = stage_shardings(lay)
-    sol = build_solution(p, lg, [StagePlan(0, lg.num_groups, tuple(int(d) for d in mesh.devices), axes, args, values)],
+    specs = propagate(tables, {a.value: ((0,),) + ((),) * (a.type.rank - 1) for a in tables.graph.args
+                               if a.role == "data"})
+    sol = build_solution(p, lg, [StagePlan(0, lg.num_groups, tuple(int(d) for d in mesh.devices), tables, specs)],
                          Certificate(Status.HEURISTIC, "test"), microbatches=p.microbatches)
-    ref = spmd_solution(p, tables, lay.specs, Certificate(Status.HEURISTIC, "test"))
+    ref = spmd_solution(p, tables, specs, Certificate(Status.HEURISTIC, "test"))
     assert sol.shardings == ref.shardings and sol.stages == ref.stages and sol.schedule is None
+    assert sol.stages[0].mesh_axes == (("data", 2),)
     ev = evaluate(p, sol)
-    assert ev.feasible and ev.objective == pytest.approx(lay.time, rel=1e-9)
+    assert ev.feasible and ev.objective == pytest.approx(evaluate_spmd(tables, specs).microbatch_time, rel=1e-9)
 
 
 def test_composed_layout_of_one_group_is_that_groups_layout():

@@ -1,0 +1,94 @@
+"""The ``cluster`` solver on the example specs: never worse than the baselines it contains (single device,
+pure data parallel, FSDP, Megatron TP × DP, the pipeline DP's plan) under evaluate, deterministic, the
+default of ``auto`` for throughput on StableHLO graphs, and its certificate states the space searched."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planmap import solvers
+from planmap.evaluate import evaluate
+from planmap.problem import SolveOptions, Status
+from planmap.sharding import LogicalMesh
+from planmap.solvers.cluster.costs import StageCosts, boundary_bytes, inflight_rows
+from planmap.solvers.cluster.solver import plan_cluster
+from planmap.solvers.cluster.space import device_order, layer_groups, submeshes
+
+ROOT = Path(__file__).resolve().parents[3]
+THROUGHPUT = ("gpt-8dev", "gpt-train-8dev", "gpt-train-2host", "cnn-tpu", "cnn-train-mixed")
+
+
+@cache
+def problem(name: str):
+    from planmap.assemble import build_problem
+    from planmap.spec import load_spec
+
+    return build_problem(load_spec(ROOT / "specs" / f"{name}.yaml"))
+
+
+def per_microbatch(sol, ev) -> float:
+    return ev.step_time / sol.microbatches
+
+
+def test_auto_is_the_cluster_planner_for_stablehlo_throughput_only():
+    assert solvers.auto_candidates(problem("gpt-8dev")) == ["cluster"]
+    assert solvers.auto_candidates(problem("mlp-latency-cpu4acc"))[0] == "ip"
+    assert "cluster" in solvers.names()
+
+
+def test_stage_table_is_the_sum_of_group_costs_plus_boundary_transfers():
+    p = problem("gpt-8dev")
+    groups = layer_groups(p)
+    costs = StageCosts(p, groups, SolveOptions())
+    order = device_order(p)
+    subs = [s for s in submeshes(p, order) if s.size == 1][:2]
+    time, choice = costs.table(order, subs, p.microbatches)
+    assert time.shape == (len(inflight_rows(p, p.microbatches)), groups.num_groups + 1, groups.num_groups + 1, 2)
+    mesh_of = {s.offset: s for s in subs}
+    mesh = LogicalMesh.build(p.topology, (1,), [mesh_of[0].devices[0]])
+    one = [costs.group_costs(g, mesh)[0].time for g in range(groups.num_groups)]
+    before, after = boundary_bytes(p, groups)
+    G = groups.num_groups
+    assert before[0, G] == 0 and after[0, G] == 0  # the whole model exchanges nothing
+    assert time[0, 0, G, 0] == pytest.approx(sum(one), rel=1e-9)
+    assert np.isinf(time[0, 2, 1, 0]) and (choice[0, 0, G, 0] >= 0)
+
+
+@pytest.mark.slow
+def test_plan_is_the_best_candidate_and_deterministic():
+    p = problem("gpt-8dev")
+    opts = SolveOptions(time_limit=60)
+    first = plan_cluster(p, opts, baselines=("single", "dp"))
+    again = plan_cluster(p, opts, baselines=("single", "dp"))
+    a, b = first.solution, again.solution
+    assert np.array_equal(a.assignment, b.assignment) and a.stages == b.stages and a.shardings == b.shardings
+    best = per_microbatch(a, first.evaluation)
+    assert first.evaluation.feasible
+    for name, sol, ev in first.candidates:
+        if ev.feasible:
+            assert best <= per_microbatch(sol, ev) * (1 + 1e-12), name
+    cert = a.certificate
+    assert cert.solver == "cluster" and cert.status is Status.HEURISTIC
+    assert "contiguous ranges of 6 layer groups" in cert.message and "1x8" in cert.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", THROUGHPUT)
+def test_auto_plan_never_worse_than_the_baselines_on_every_example(name):
+    p = problem(name)
+    ans = plan_cluster(p, SolveOptions(time_limit=60))
+    ev = evaluate(p, ans.solution)
+    assert ev.feasible and ev.step_time == pytest.approx(ans.evaluation.step_time)
+    mine = per_microbatch(ans.solution, ev)
+    names = {n for n, _, _ in ans.candidates}
+    assert {"single", "dp"} <= names
+    for other, sol, oev in ans.candidates:
+        if oev.feasible:
+            assert mine <= per_microbatch(sol, oev) * (1 + 1e-12), other
+    if name == "gpt-train-2host":
+        used = {d for s in ans.solution.stages for d in s.devices}
+        assert len(used) == 16
