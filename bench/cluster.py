@@ -188,11 +188,13 @@ def main() -> None:
         scale = ["", title, "",
                  f"- {r['ops']} ops, {r['nodes']} coarse nodes, {st['groups']} layer groups ({st['distinct_groups']} "
                  f"distinct)",
-                 f"- planned end to end in {r['wall']:.1f} s: tables {st['tables_time']:.1f} s, group sharding "
-                 f"{st['solve_time']:.1f} s, stage DP {st['dp_time']:.1f} s ({st['dp_states']} states), baselines "
+                 f"- planned end to end in {r['wall']:.1f} s (coarsening and costs included): stage tables "
+                 f"{st['tables_time']:.1f} s, group sharding {st['solve_time']:.1f} s, stage DP {st['dp_time']:.1f} s "
+                 f"({st['dp_states']} states, t_max candidates tried/distinct {st['dp_candidates']}), chosen stages "
+                 f"{st['stages_time']:.1f} s, evaluate {st['evaluate_time']:.1f} s, baselines "
                  f"{st['baselines_time']:.1f} s",
                  f"- intra-op solves {st['solves']}, cache hits {st['cache_hits']}",
-                 f"- plan: {r['plan']}, {r['step'] * 1e3:.4g} ms per microbatch"]
+                 f"- plan: {r['plan']}, {r['step'] * 1e3:.4g} ms per microbatch", "", f"Certificate: {r['winner']}"]
         print("\n".join(scale), flush=True)
     if args.out:
         args.out.write_text("# Whole-cluster plans vs the (dp, fsdp, tp, pp) grid\n\n"

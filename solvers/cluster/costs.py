@@ -115,11 +115,9 @@ def inflight_rows(problem: Problem, microbatches: int) -> list[int]:
 class StageCosts:
     """Group costs per mesh class, and the DP's time table built from them (see the module doc)."""
 
-    def __init__(self, problem: Problem, groups: LayerGroups, options: SolveOptions, *, use_ip: bool = False,
-                 deadline: float | None = None) -> None:
+    def __init__(self, problem: Problem, groups: LayerGroups, options: SolveOptions, *, use_ip: bool = False) -> None:
         self.problem, self.groups, self.options = problem, groups, options
         self.use_ip = use_ip
-        self.deadline = deadline
         self.stats = CostStats()
         self._group: dict[tuple, list[GroupCost]] = {}
         self._layouts: dict[tuple, list[StageLayout]] = {}
@@ -136,8 +134,7 @@ class StageCosts:
         t0 = time.perf_counter()
         tables = stage_tables(self.problem, self.groups.ops[g], mesh)
         t1 = time.perf_counter()
-        use_ip = self.use_ip and (self.deadline is None or time.monotonic() < self.deadline)
-        layouts = solve_stage(tables, self.options, use_ip=use_ip)
+        layouts = solve_stage(tables, self.options, use_ip=self.use_ip)
         self.stats.tables_time += t1 - t0
         self.stats.solve_time += time.perf_counter() - t1
         self.stats.solves += 1

@@ -11,8 +11,9 @@ device order (devices may stay unused), minimising the step time
 where ``t_max`` is the slowest stage. Alpa's method: for each candidate ``t_max`` (the sorted distinct
 stage times), a DP over (groups left, devices left) minimises ``Σ c_k`` over stages no slower than
 ``t_max`` (``c_k = t_k``, or ``t_max`` plus a tie-breaking ``1e-6 · t_k`` for the step formula); the
-enumeration stops once ``M · t_max`` reaches the best step found (no later bound can win). Candidates
-are processed in chunks, vectorised with numpy over the chunk and over the range end ``j``.
+enumeration starts at a lower bound (the largest over groups of the cheapest stage holding the group)
+and stops once ``M · t_max`` reaches the best step found (no later bound can win). Candidates are
+processed in chunks, vectorised with numpy over the chunk and over the range end ``j``.
 
 Memory is in the stage times: a stage that does not fit with ``f`` microbatches in flight has time
 ``inf`` in row ``f``. Under 1F1B (training) a stage holds ``min(M, stages after it + 1)`` microbatches,
@@ -114,7 +115,8 @@ def stage_dp(time: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, num_devic
     R, G1, _, S = time.shape
     G, M = G1 - 1, max(int(microbatches), 1)
     finite = time[np.isfinite(time)]
-    cands = np.unique(finite)
+    total_cands = len(np.unique(finite))
+    cands = np.unique(finite[finite >= _tmax_lower_bound(time)])
     best: tuple[float, float] | None = None  # (step, t_max)
     tried = states = 0
     for a in range(0, len(cands), CHUNK):
@@ -142,7 +144,18 @@ def stage_dp(time: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, num_devic
     stages = _walk(arg, time, offsets, sizes, int(np.argmin(vals[0])), G)
     t_hi = max(s.time for s in stages)
     step = (len(stages) + M - 1) * t_hi if formula == "step" else sum(s.time for s in stages) + (M - 1) * t_hi
-    return DPResult(tuple(stages), float(step), float(t_hi), tried, len(cands), states)
+    return DPResult(tuple(stages), float(step), float(t_hi), tried, total_cands, states)
+
+
+def _tmax_lower_bound(time: np.ndarray) -> float:
+    """No plan's slowest stage is faster than this: every group lies in some stage, at best the cheapest
+    stage (over ranges holding it, submeshes and rows) — candidates below it are infeasible."""
+    R, G1, _, S = time.shape
+    best = time.min(axis=(0, 3))  # (G+1, G+1): cheapest stage of each range
+    lo = 0.0
+    for g in range(G1 - 1):
+        lo = max(lo, float(best[: g + 1, g + 1:].min()))
+    return lo
 
 
 def _walk(arg: np.ndarray, time: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, r0: int,

@@ -28,6 +28,7 @@ import numpy as np
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import Evaluation, evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.sharding import propagate
 from planmap.sharding.stage import stage_tables
 from planmap.vocabulary import ObjectiveKind
 
@@ -88,25 +89,38 @@ def _stage_plan(problem: Problem, costs: StageCosts, sub: Submesh, choice: int, 
     return StagePlan(start, stop, tuple(int(d) for d in mesh.devices), tables, lay.specs), lay
 
 
-def _baselines(problem: Problem, options: SolveOptions, names: Sequence[str],
-               deadline: float) -> list[tuple[str, Solution]]:
-    """The baselines that apply to ``problem`` (each skipped when not applicable); Megatron tries its
-    meshes until ``deadline`` (a ``time.monotonic()`` instant; its first mesh always)."""
+def megatron_hosts(problem: Problem) -> Solution:
+    """Megatron as practitioners run it: tensor parallel over a whole host's devices, data parallel across
+    hosts (one mesh, ``(hosts, devices per host)`` or ``(devices,)`` on one host), the argument specs of
+    :func:`planmap.solvers.sharding.baselines.megatron_overrides` propagated."""
+    from planmap.sharding.solution import spmd_solution, tables_cache
+    from planmap.solvers.sharding.baselines import megatron_overrides, meshes_or_raise
+
+    meshes = meshes_or_raise(problem, "megatron")
+    hosts = len(set(problem.topology.device_host[meshes[0].devices].tolist()))
+    per_host = meshes[0].num_devices // hosts
+    want = (per_host,) if hosts == 1 else (hosts, per_host)
+    mesh = next((m for m in meshes if m.axis_sizes == want), None)
+    if mesh is None:
+        raise SolverUnavailableError(f"megatron is not applicable to {problem.name}: no {want} mesh")
+    tables = tables_cache(problem).get(mesh)
+    over = megatron_overrides(tables, mesh.num_axes - 1, 0 if mesh.num_axes == 2 else None)
+    return spmd_solution(problem, tables, propagate(tables, over), Certificate(Status.HEURISTIC, "megatron"))
+
+
+def _baselines(problem: Problem, options: SolveOptions, names: Sequence[str]) -> list[tuple[str, Solution]]:
+    """The baselines that apply to ``problem``, each skipped when it does not apply (all deterministic)."""
     from planmap.solvers.heuristics.even import SingleDevice
     from planmap.solvers.pipeline.dp import ThroughputDP
     from planmap.solvers.sharding import baselines as spmd
 
-    direct = {"data-parallel": spmd.data_parallel, "fsdp": spmd.fsdp}
+    direct = {"data-parallel": lambda p: spmd.data_parallel(p)[0], "fsdp": lambda p: spmd.fsdp(p)[0],
+              "megatron": megatron_hosts}
     solvers = {"single": SingleDevice, "dp": ThroughputDP}
     out = []
     for name in names:
         try:
-            if name == "megatron":
-                sol = spmd.megatron(problem, deadline=deadline)[0]
-            elif name in direct:
-                sol = direct[name](problem)[0]
-            else:
-                sol = solvers[name]().solve(problem, options)
+            sol = direct[name](problem) if name in direct else solvers[name]().solve(problem, options)
         except PlanmapError:  # not applicable here (or not installed)
             continue
         out.append((name, sol))
@@ -118,7 +132,6 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
                  baselines: Sequence[str] = BASELINE_NAMES) -> ClusterAnswer:
     """The whole search (see the module doc); ``microbatch_choices`` default to the problem's count."""
     t0 = time.perf_counter()
-    deadline = time.monotonic() + float(options.time_limit)
     if problem.objective is not ObjectiveKind.THROUGHPUT:
         raise SolverUnavailableError("solver 'cluster' plans throughput only")
     if problem.original.dim_maps is None or problem.original.outputs is None:
@@ -130,7 +143,8 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
     progress = options.progress
     found: list[tuple[str, Solution, Evaluation]] = []
     best_dp: DPResult | None = None
-    dp_time = 0.0
+    best_dp_score = float("inf")
+    dp_time = stage_time = eval_time = 0.0
     for order in _orders(problem):
         subs = submeshes(problem, order)
         offsets = np.array([s.offset for s in subs])
@@ -144,20 +158,23 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
                 continue
             pm = replace(problem, microbatches=m) if m != problem.microbatches else problem
             rows = inflight_rows(problem, m)
+            t_st = time.perf_counter()
             plans = [_stage_plan(pm, costs, subs[st.sub], int(mesh_of[st.row, st.start, st.stop, st.sub]), st.start,
                                  st.stop, rows[st.row], refine)[0] for st in res.stages]
             cert = Certificate(Status.HEURISTIC, "cluster", version=VERSION)
             sol = build_solution(pm, groups, plans, cert, microbatches=m)
+            t_ev = time.perf_counter()
+            stage_time += t_ev - t_st
             ev = evaluate(pm, sol)
+            eval_time += time.perf_counter() - t_ev
             found.append((f"stage DP (M={m}, {len(plans)} stage(s))", sol, ev))
-            if best_dp is None or res.step_time / m < best_dp.step_time / max(choices[0], 1):
-                best_dp = res
+            if best_dp is None or res.step_time / m < best_dp_score:
+                best_dp, best_dp_score = res, res.step_time / m
             if progress is not None:
                 progress(elapsed=time.perf_counter() - t0, incumbent=ev.objective, bound=None,
                          message=f"stage DP M={m}: {len(plans)} stage(s)")
     t_base = time.perf_counter()
-    left = max(1.0, deadline - time.monotonic())
-    for name, sol in _baselines(problem, replace(options, time_limit=left, progress=None), baselines, deadline):
+    for name, sol in _baselines(problem, replace(options, progress=None), baselines):
         found.append((name, sol, evaluate(problem, sol)))
     base_time = time.perf_counter() - t_base
     if not found:
@@ -166,7 +183,10 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
     stats = {"groups": groups.num_groups, "distinct_groups": len(set(groups.signature)), "solves": costs.stats.solves,
              "cache_hits": costs.stats.hits, "tables_time": costs.stats.tables_time,
              "solve_time": costs.stats.solve_time, "dp_time": dp_time, "baselines_time": base_time,
-             "dp_states": best_dp.states if best_dp else 0, "statuses": dict(costs.stats.statuses),
+             "stages_time": stage_time, "evaluate_time": eval_time,
+             "dp_states": best_dp.states if best_dp else 0,
+             "dp_candidates": f"{best_dp.candidates}/{best_dp.candidates_total}" if best_dp else "",
+             "statuses": dict(costs.stats.statuses),
              "wall_time": time.perf_counter() - t0}
     message = _message(groups, choices, costs, found, name, ev, problem, refine)
     sol = sol.with_certificate(status=Status.HEURISTIC, solver="cluster", objective=ev.objective, bound=None,

@@ -97,6 +97,36 @@ def _merge_runs(runs: list[tuple[int, int]], weight: np.ndarray, limit: int) -> 
     return runs
 
 
+def _merge_empty(problem: Problem, unit_of: np.ndarray, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Runs whose ops a stage would not run (only recomputed constants, which the stages reading them
+    rebuild: :func:`planmap.sharding.stage.stage_ops`) merged into the next run (the last into the one
+    before): a stage of them alone would be empty."""
+    from planmap.frontend.recompute import recomputed_nodes
+
+    g, original = problem.graph, problem.original
+    recomputed = recomputed_nodes(original)
+    real = []
+    for a, b in runs:
+        nodes = np.flatnonzero((unit_of >= a) & (unit_of < b))
+        ops = np.concatenate([g.members_of(int(i)) for i in nodes]) if len(nodes) else np.zeros(0, np.int64)
+        real.append(bool(len(ops)) and not bool(recomputed[ops].all()))
+    out: list[tuple[int, int]] = []
+    carry = None
+    for (a, b), ok in zip(runs, real, strict=True):
+        start = a if carry is None else carry
+        if ok:
+            out.append((start, b))
+            carry = None
+        else:
+            carry = start
+    if carry is not None:
+        if out:
+            out[-1] = (out[-1][0], runs[-1][1])
+        else:
+            out.append((carry, runs[-1][1]))
+    return out
+
+
 def _signature(problem: Problem, ops: np.ndarray) -> str:
     """A digest of a group's original ops in order (kind, result types, dimension map)."""
     g = problem.original
@@ -119,6 +149,7 @@ def layer_groups(problem: Problem, max_groups: int = MAX_GROUPS) -> LayerGroups:
     weight = np.zeros(units.num_units)
     np.add.at(weight, units.unit_of, problem.cost.compute.min(axis=1))
     runs = _merge_runs(_runs(label), weight, max_groups)
+    runs = _merge_empty(problem, units.unit_of, runs)
     unit_group = np.zeros(units.num_units, np.int64)
     for k, (a, b) in enumerate(runs):
         unit_group[a:b] = k
