@@ -8,6 +8,7 @@ against capacity, and the artifact's ops coloured by the device that runs them.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from planmap.problem import Problem, Solution
 from planmap.vocabulary import ObjectiveKind
 
 __all__ = ["Blocks", "pipeline_blocks", "latency_blocks", "timeline", "draw", "compact_devices", "plan_kind",
-           "plan_title", "STEP_DEFINITION"]
+           "plan_title", "stage_summary", "STEP_DEFINITION"]
 
 # What "step time" means, said the same way by the CLI summary and the picture.
 STEP_DEFINITION = "step = (microbatches + stages - 1) x bottleneck"
@@ -71,6 +72,10 @@ def plan_title(doc: PlanDocument) -> str:
     kind = plan_kind(doc)
     mb = doc.schedule.microbatches
     per = f", {mb} microbatch{'es' if mb != 1 else ''}" if doc.objective.kind == "throughput" else ""
+    if kind == "pipeline" and (doc.shardings.args or doc.shardings.values):
+        meshes = " | ".join(" x ".join(f"{a}={n}" for a, n in zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True))
+                            if st.mesh else "1 device" for st in doc.stages)
+        return f"{doc.schedule.kind} pipeline of {len(doc.stages)} sharded stages ({meshes}){per}"
     if kind == "pipeline":
         return f"{doc.schedule.kind} pipeline, {len(doc.stages)} stages{per}"
     if kind == "spmd":
@@ -187,11 +192,39 @@ def timeline(doc: PlanDocument, problem: Problem, solution: Solution, ev: Evalua
     fw = [float(ev.fw_load[solution.stages[k].device]) for k in order]
     bw = [float(ev.bw_load[solution.stages[k].device]) for k in order]
     names = [compact_devices([topo.names[d] for d in solution.stages[k].devices]) for k in order]
+    if ev.stages:  # whole-cluster plan: each row says its mesh and where its time goes
+        names = [f"{name}\n{_stage_label(ev.stages[k])}" for name, k in zip(names, order, strict=True)]
     blocks = pipeline_blocks(fw, bw, solution.microbatches, solution.schedule or "gpipe", names)
     drawn = ("" if abs(blocks.makespan - ev.step_time) <= 1e-9 * max(ev.step_time, 1e-30)
              else f"; the timeline simulates the schedule: {blocks.makespan * 1e3:.3g} ms")
     return blocks, (f"{plan_title(doc)}\nstep {ev.step_time * 1e3:.3g} ms, bottleneck {ev.objective * 1e3:.3g} ms "
                     f"({STEP_DEFINITION}{drawn})")
+
+
+def _stage_label(stage) -> str:
+    """A whole-cluster stage in a few words: its mesh, compute and communication per microbatch, memory."""
+    lay = stage.layout
+    mesh = ("1 device" if lay.mesh.num_devices == 1
+            else " x ".join(f"{a}={n}" for a, n in zip(lay.names, lay.mesh.axis_sizes, strict=True)))
+    from planmap.units import format_bytes
+
+    return (f"{mesh}\ncomp {stage.compute * 1e3:.3g} ms, comm {stage.communication * 1e3:.3g} ms\n"
+            f"mem {format_bytes(stage.memory)} / {format_bytes(stage.capacity)}")
+
+
+def stage_summary(problem: Problem, ev: Evaluation) -> list[str]:
+    """The explain lines of a whole-cluster plan, stage by stage in pipeline order (submesh, sharding in
+    words, compute vs communication, memory vs capacity): :func:`planmap.sharding.summary.stage_lines`."""
+    from planmap.sharding.summary import stage_lines
+
+    names = problem.topology.names
+    lines: list[str] = []
+    for pos, k in enumerate(ev.stage_order):
+        st = ev.stages[k]
+        lay = st.layout
+        devices = compact_devices([names[d] for d in lay.mesh.devices.tolist()])
+        lines += stage_lines(pos, devices, lay.mesh, lay.names, st)
+    return lines
 
 
 def draw(path: str | Path, doc: PlanDocument, problem: Problem, solution: Solution, ev: Evaluation) -> Path:
@@ -215,7 +248,7 @@ def draw(path: str | Path, doc: PlanDocument, problem: Problem, solution: Soluti
     ax.set_yticks(range(len(blocks.rows)), blocks.rows, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
-    ax.set_title(f"{doc.name}: {title}", fontsize=9)
+    ax.set_title("\n".join(textwrap.fill(line, 120) for line in f"{doc.name}: {title}".split("\n")), fontsize=9)
     ax = axes[1]
     used = [d for d in range(topo.num_devices) if ev.memory[d] > 0]
     mem = np.array([ev.memory[d] for d in used]) / 2**30

@@ -129,6 +129,10 @@ def explain(
 
         names = tuple(n for n, _ in solution.shardings.mesh_axes)
         data["sharding"] = list(spmd_lines(solution_mesh(problem, solution), names, ev.spmd))
+    elif ev.stages:
+        from planmap.explain import stage_summary
+
+        data["sharding"] = stage_summary(problem, ev)
     if png is not None:
         from planmap.explain import draw
 

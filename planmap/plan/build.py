@@ -146,17 +146,14 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
         stages.append(StageDoc(id=len(stages), devices=[topo.names[d] for d in st.devices],
                                ops=op_ranges(members), mesh=mesh, layers=_layer_names(problem, nodes)))
     sh = solution.shardings
-    if sh is not None:
-        mesh_axes = list(sh.mesh_axes)
+    if sh is not None and solution.num_stages == 1:
         # an SPMD plan's mesh is its one stage's devices in row-major mesh order
-        mesh_devs = solution.stages[0].devices if solution.num_stages == 1 else range(
-            int(np.prod([s for _, s in sh.mesh_axes])))
-        mesh_devices = [topo.names[d] for d in mesh_devs]
-        shardings = shardings_doc(sh.args, sh.values, arg_names={a.index: a.name for a in problem.original.args},
-                                  op_names=problem.original.op_name)
-    else:
+        mesh_axes, mesh_devices = list(sh.mesh_axes), [topo.names[d] for d in solution.stages[0].devices]
+    else:  # pipelines; whole-cluster plans keep each stage's sub-mesh in the stage
         mesh_axes, mesh_devices = [("device", topo.num_devices)], list(topo.names)
-        shardings = ShardingsDoc()
+    shardings = ShardingsDoc() if sh is None else shardings_doc(
+        sh.args, sh.values, arg_names={a.index: a.name for a in problem.original.args},
+        op_names=problem.original.op_name)
     cert = solution.certificate
     cap = evaluation.capacity
     predicted = Predicted(
@@ -217,8 +214,8 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
                   and doc.stages[0].mesh.axis_names == doc.mesh.axis_names
                   and doc.stages[0].devices == doc.mesh.devices)
     if doc.shardings.args or doc.shardings.values or spmd_stage:
-        shardings = Shardings(
-            mesh_axes=tuple(zip(doc.mesh.axis_names, doc.mesh.axis_sizes, strict=True)),
+        shardings = Shardings(  # several stages: each names its axes (whole-cluster plan)
+            mesh_axes=() if len(doc.stages) > 1 else tuple(zip(doc.mesh.axis_names, doc.mesh.axis_sizes, strict=True)),
             args={e.arg: tuple(tuple(x) if isinstance(x, list) else x for x in e.spec)
                   for e in doc.shardings.args if e.arg is not None},
             values={(e.op, e.result): tuple(tuple(x) if isinstance(x, list) else x for x in e.spec)

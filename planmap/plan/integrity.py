@@ -204,8 +204,9 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
         report.problems.append(f"decisions do not fit the model: {e}")
         return report
     throughput = problem.objective == "throughput"
-    # schedule and microbatches follow from the spec, not from the plan (an SPMD plan has no pipeline schedule)
-    pipelined = throughput and solution.shardings is None
+    # schedule and microbatches follow from the spec, not from the plan (a one-stage SPMD plan has no pipeline
+    # schedule; a whole-cluster plan of several sharded stages is a pipeline)
+    pipelined = throughput and (solution.shardings is None or solution.num_stages > 1)
     solution = replace(solution, schedule=problem.schedule if pipelined else None,
                        microbatches=problem.microbatches if throughput else 1)
     ev = evaluate(problem, solution)

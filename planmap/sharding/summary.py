@@ -3,21 +3,27 @@
 Per axis: its role name and size, where its links run (inside a host or across hosts) with their
 bandwidth and latency, and the seconds per microbatch its collectives take (a collective over several
 axes is charged to each axis with that axis's term, as :meth:`LogicalMesh.collective` sums them). Then
-compute vs communication and memory per device vs capacity, with the parts of the memory.
+compute vs communication and memory per device vs capacity, with the parts of the memory. A
+whole-cluster plan (several sharded stages) gets the same per stage (:func:`stage_lines`), with its
+sharding in a phrase ("tp=4 inside a host, dp=2 over the network") and its transfers between stages.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from planmap.sharding.mesh import LogicalMesh
 from planmap.sharding.spmd import SpmdEvaluation
 from planmap.units import format_bytes as _b
 from planmap.units import format_duration as _t
 
-__all__ = ["AxisSummary", "axis_summaries", "spmd_lines"]
+__all__ = ["AxisSummary", "axis_summaries", "spmd_lines", "sharding_phrase", "stage_lines"]
 
 _SCOPE = {"intra": "inside a host", "inter": "across hosts"}
+_SHORT = {"data": "dp", "tensor": "tp", "fsdp": "fsdp"}
+_OVER = {"intra": "inside a host", "inter": "over the network"}
 
 
 @dataclass(frozen=True)
@@ -60,4 +66,33 @@ def spmd_lines(mesh: LogicalMesh, names: tuple[str, ...], ev: SpmdEvaluation) ->
     parts = ", ".join(f"{k} {_b(v)}" for k, v in ev.memory_parts.items())
     lines.append(f"memory per device {_b(ev.memory)} of {_b(ev.capacity)} "
                  f"({ev.memory / ev.capacity:.0%}{'' if ev.feasible else ', DOES NOT FIT'}): {parts}")
+    return lines
+
+
+def sharding_phrase(axes: Sequence[AxisSummary]) -> str:
+    """The axes in practitioners' words, innermost first: "tp=4 inside a host (450 GB/s), dp=2 over the
+    network (50 GB/s)" (``dp``/``tp``/``fsdp`` for the role names; size-1 axes left out)."""
+    parts = [f"{_SHORT.get(a.name, a.name)}={a.size} {_OVER.get(a.scope, a.scope)} ({a.bandwidth / 1e9:.0f} GB/s)"
+             for a in reversed(axes) if a.size > 1]
+    return ", ".join(parts) or "not sharded"
+
+
+def stage_lines(index: int, devices: str, mesh: LogicalMesh, names: tuple[str, ...], stage: Any) -> list[str]:
+    """The explain lines of one stage of a whole-cluster plan (``stage``: a
+    :class:`planmap.evaluate_stages.StageEvaluation`): submesh and sharding, time per microbatch split
+    into compute and communication, memory per device against capacity."""
+    ev: SpmdEvaluation = stage.spmd
+    single = mesh.num_devices == 1
+    axes = axis_summaries(mesh, names, ev)
+    shape = "one device" if single else "mesh " + " x ".join(f"{a.name}={a.size}" for a in axes)
+    lines = [f"stage {index} on {devices}: {shape}" + ("" if single else f"; {sharding_phrase(axes)}")]
+    total, comm = stage.time, stage.communication
+    share = comm / total if total > 0 else 0.0
+    lines.append(f"  time per microbatch {_t(total)}: compute {_t(stage.compute)}, communication {_t(comm)} "
+                 f"({share:.0%}; collectives {_t(ev.comm)}, resharding {_t(ev.reshard)}, between stages "
+                 f"{_t(stage.recv + stage.send)})")
+    parts = ", ".join(f"{k} {_b(v)}" for k, v in stage.memory_parts.items())
+    fits = "" if stage.memory <= stage.capacity else ", DOES NOT FIT"
+    lines.append(f"  memory per device {_b(stage.memory)} of {_b(stage.capacity)} "
+                 f"({stage.memory / stage.capacity:.0%}{fits}): {parts} ({stage.in_flight} microbatch(es) in flight)")
     return lines

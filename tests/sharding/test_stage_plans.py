@@ -133,3 +133,43 @@ def test_a_stage_mixing_device_types_is_a_violation():
     sol = replace(sol, assignment=np.r_[np.zeros(n - 1, np.int32), [1]])
     ev = evaluate(p, sol)
     assert not ev.feasible and any("mixes device types" in v for v in ev.violations)
+
+
+@pytest.mark.slow
+def test_plan_file_round_trip_check_and_explain(gpt_train, wc_plan, workdir, capsys):
+    from planmap import plan as plan_mod
+    from planmap.cli import main
+    from planmap.spec import load_spec
+
+    p, sol = gpt_train, wc_plan
+    ev = evaluate(p, sol)
+    path = workdir / "wc.plan.yaml"
+    doc = plan_mod.make_plan(p, sol, ev, spec=load_spec(workdir / "specs" / "gpt-train-8dev.yaml"), plan_path=path)
+    plan_mod.save(doc, path, header_lines=[])
+    back = plan_mod.to_solution(p, plan_mod.load(path).document)
+    assert back.shardings == sol.shardings and back.stages == sol.stages
+    assert np.array_equal(back.assignment, sol.assignment)
+    assert evaluate(p, back).objective == ev.objective
+    assert [st.mesh.axis_names for st in doc.stages] == [["data", "tensor"]] * 2
+    assert plan_mod.check(path).ok
+    capsys.readouterr()
+    assert main(["explain", "wc.plan.yaml", "--png", "wc.png"]) == 0
+    text = capsys.readouterr().out
+    assert "pipeline of 2 sharded stages (data=2 x tensor=2 | data=2 x tensor=2)" in text
+    assert "stage 0 on node0/gpu0-3: mesh data=2 x tensor=2; tp=2 inside a host" in text
+    assert "stage 1 on node0/gpu4-7" in text and "between stages" in text
+    assert text.count("memory per device") == 2 and "in flight" in text
+    assert (workdir / "wc.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_sharding_phrase_says_where_each_axis_runs():
+    from planmap.sharding.summary import AxisSummary, sharding_phrase
+    from tests.sharding.graphs import topology
+
+    topo = topology("h100-2x8")
+    mesh = LogicalMesh.build(topo, (2, 1, 8), np.arange(16))
+    axes = [AxisSummary(name, size, scope, 1 / ibw if ibw else float("inf"), lat, 0.0, 0)
+            for name, size, scope, ibw, lat in zip(("data", "a1", "tensor"), mesh.axis_sizes, mesh.scope,
+                                                   mesh.inv_bw, mesh.latency, strict=True)]
+    assert sharding_phrase(axes) == "tp=8 inside a host (450 GB/s), dp=2 over the network (50 GB/s)"
+    assert sharding_phrase(axes[1:2]) == "not sharded"
