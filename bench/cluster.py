@@ -44,7 +44,7 @@ def grid(num_devices: int, per_host: int) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def grid_plan(problem, groups, point, m):
+def grid_plan(problem, groups, point, m, cache: dict):
     """The grid point's plan: ``pp`` stages of equal group counts on consecutive submeshes of
     ``dp·fsdp·tp`` devices, each a (data, tensor) mesh, groups laid out data-parallel (FSDP: the
     leanest layout) or Megatron; None where the point does not divide the model or the devices."""
@@ -79,9 +79,12 @@ def grid_plan(problem, groups, point, m):
         parts = []
         for g in range(bounds[k], bounds[k + 1]):
             gt = stage_tables(pm, groups.ops[g], mesh)
-            lays = dict(baseline_layouts(gt))
-            specs = lays.get(want) or lays.get("data-parallel") or next(iter(lays.values()))
-            parts.append(StageLayout(gt, specs, evaluate_spmd(gt, specs), want, Status.HEURISTIC))
+            key = (g, mesh.key, want)
+            if key not in cache:
+                lays = dict(baseline_layouts(gt))
+                specs = lays.get(want) or lays.get("data-parallel") or next(iter(lays.values()))
+                cache[key] = StageLayout(gt, specs, evaluate_spmd(gt, specs), want, Status.HEURISTIC)
+            parts.append(cache[key])
         lay = compose_layout(tables, parts)
         plans.append(StagePlan(bounds[k], bounds[k + 1], devs, tables, lay.specs))
     return build_solution(pm, groups, plans, Certificate(Status.HEURISTIC, "grid"), microbatches=m)
@@ -107,9 +110,10 @@ def bench_spec(name: str, time_limit: float) -> dict:
     per_host = int(max(sum(1 for d in topo.accelerators if topo.device_host[d] == h)
                        for h in set(topo.device_host.tolist())))
     best, fits, total = None, 0, 0
+    cache: dict = {}
     for point in grid(len(topo.accelerators) or topo.num_devices, per_host):
         for m in MICROBATCHES:
-            sol = grid_plan(problem, groups, point, m)
+            sol = grid_plan(problem, groups, point, m, cache)
             if sol is None:
                 continue
             total += 1

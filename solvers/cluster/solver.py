@@ -116,7 +116,7 @@ def _baselines(problem: Problem, options: SolveOptions, names: Sequence[str]) ->
 
     direct = {"data-parallel": lambda p: spmd.data_parallel(p)[0], "fsdp": lambda p: spmd.fsdp(p)[0],
               "megatron": megatron_hosts}
-    solvers = {"single": SingleDevice, "dp": ThroughputDP}
+    solvers: dict[str, type[SingleDevice] | type[ThroughputDP]] = {"single": SingleDevice, "dp": ThroughputDP}
     out = []
     for name in names:
         try:

@@ -271,16 +271,15 @@ def build_solution(problem: Problem, groups: LayerGroups, stages: Sequence[Stage
     if not sharded:
         return Solution(assignment, tuple(Stage(s.devices) for s in stages), certificate, schedule=sched,
                         microbatches=int(microbatches))
-    if len(stages) == 1:
-        s = stages[0]
-        sol = spmd_solution(problem, s.tables, s.specs, certificate)
-        return replace(sol, microbatches=int(microbatches))
-    layouts = []
+    layouts: list[tuple[ShardingTables, dict]] = []
     for s in stages:
-        if s.tables is None:
+        if s.tables is None or s.specs is None:
             mesh = LogicalMesh.build(problem.topology, (1,), list(s.devices))
             tables = stage_tables(problem, groups.range_ops(s.start, s.stop), mesh)
             layouts.append((tables, propagate(tables, {})))
         else:
             layouts.append((s.tables, s.specs))
+    if len(stages) == 1:
+        sol = spmd_solution(problem, layouts[0][0], layouts[0][1], certificate)
+        return replace(sol, microbatches=int(microbatches))
     return stages_solution(problem, assignment, layouts, certificate, schedule=sched, microbatches=int(microbatches))
