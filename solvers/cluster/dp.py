@@ -70,7 +70,7 @@ def _pass(time: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, num_devices:
     D = num_devices
     V = np.full((K, G + 1, D + 1, R), np.inf)
     V[:, G, :, 0] = 0.0  # nothing left to place; devices [o, D) unused
-    arg = np.full((G + 1, D + 1, R, 3), -1, np.int64) if record else None  # (j, sub, r_after); sub -1 = skip
+    arg = np.full((G + 1, D + 1, R, 3) if record else (0, 0, 0, 3), -1, np.int64)  # (j, sub, r_after); sub -1 = skip
     tm = tmax[:, None]
     states = 0
     for i in range(G - 1, -1, -1):

@@ -173,9 +173,9 @@ def device_order(problem: Problem, *, reverse_hosts: bool = False) -> np.ndarray
     (host, index); ``reverse_hosts`` puts the last host first (on a heterogeneous cluster the first
     stages then run on the other device type)."""
     topo = problem.topology
-    devs = topo.accelerators if len(topo.accelerators) else np.arange(topo.num_devices)
-    usable = problem.allowed.any(axis=0)
-    devs = [int(d) for d in devs if usable[d]]
+    pool = topo.accelerators if len(topo.accelerators) else np.arange(topo.num_devices)
+    usable = np.asarray(problem.allowed.any(axis=0), bool)
+    devs = [int(d) for d in pool.tolist() if usable[int(d)]]
     host = topo.device_host
     key = (lambda d: (-int(host[d]), d)) if reverse_hosts else (lambda d: (int(host[d]), d))
     return np.asarray(sorted(devs, key=key), np.int64)

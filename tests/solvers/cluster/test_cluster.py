@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from planmap import solvers
+from planmap.errors import PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import SolveOptions, Status
 from planmap.sharding import LogicalMesh
@@ -59,37 +60,43 @@ def test_stage_table_is_the_sum_of_group_costs_plus_boundary_transfers():
 
 
 @pytest.mark.slow
-def test_plan_is_the_best_candidate_and_deterministic():
-    p = problem("gpt-8dev")
-    opts = SolveOptions(time_limit=60)
-    first = plan_cluster(p, opts, baselines=("single", "dp"))
-    again = plan_cluster(p, opts, baselines=("single", "dp"))
-    a, b = first.solution, again.solution
-    assert np.array_equal(a.assignment, b.assignment) and a.stages == b.stages and a.shardings == b.shardings
-    best = per_microbatch(a, first.evaluation)
-    assert first.evaluation.feasible
-    for name, sol, ev in first.candidates:
-        if ev.feasible:
-            assert best <= per_microbatch(sol, ev) * (1 + 1e-12), name
-    cert = a.certificate
-    assert cert.solver == "cluster" and cert.status is Status.HEURISTIC
-    assert "contiguous ranges of 6 layer groups" in cert.message and "1x8" in cert.message
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("name", THROUGHPUT)
 def test_auto_plan_never_worse_than_the_baselines_on_every_example(name):
+    """The committed plan of every throughput example (what ``auto`` gives: tests/core/test_goldens.py
+    re-solves it) against single device, pure data parallel, Megatron TP in a host × DP across hosts and
+    the pipeline DP's plan, each built here and judged by evaluate, by step time per microbatch."""
+    from planmap.plan.build import to_solution
+    from planmap.plan.files import load as load_file
+    from planmap.solvers.cluster.solver import megatron_hosts
+    from planmap.solvers.heuristics.even import SingleDevice
+    from planmap.solvers.pipeline.dp import ThroughputDP
+    from planmap.solvers.sharding.baselines import data_parallel
+
     p = problem(name)
-    ans = plan_cluster(p, SolveOptions(time_limit=60))
-    ev = evaluate(p, ans.solution)
-    assert ev.feasible and ev.step_time == pytest.approx(ans.evaluation.step_time)
-    mine = per_microbatch(ans.solution, ev)
-    names = {n for n, _, _ in ans.candidates}
-    assert {"single", "dp"} <= names
-    for other, sol, oev in ans.candidates:
+    doc = load_file(ROOT / "plans" / f"{name}.plan.yaml").document
+    plan = to_solution(p, doc)
+    ev = evaluate(p, plan)
+    assert ev.feasible
+    mine = per_microbatch(plan, ev)
+    builders = {"single": lambda: SingleDevice().solve(p, SolveOptions()),
+                "data-parallel": lambda: data_parallel(p)[0], "megatron": lambda: megatron_hosts(p),
+                "dp": lambda: ThroughputDP().solve(p, SolveOptions(time_limit=60))}
+    judged = 0
+    for other, build in builders.items():
+        try:
+            sol = build()
+        except PlanmapError:  # not applicable (e.g. a batch of 8 over 16 devices, mixed device types)
+            continue
+        oev = evaluate(p, sol)
         if oev.feasible:
-            assert mine <= per_microbatch(sol, oev) * (1 + 1e-12), other
-    assert {"single", "data-parallel", "megatron"} & names  # the SPMD baselines that apply are candidates
+            judged += 1
+            assert mine <= per_microbatch(sol, oev) * (1 + 1e-9), other
+    assert judged >= 2
+
+
+@pytest.fixture(scope="module")
+def heavy_mlp(tmp_path_factory):
+    return heavy_mlp_problem(tmp_path_factory.mktemp("mlp"))
 
 
 def heavy_mlp_problem(tmp_path):
@@ -123,14 +130,21 @@ def heavy_mlp_problem(tmp_path):
                    microbatches=4, replication=True, batch_size=512, original=g)
 
 
-def test_compute_heavy_model_gets_sharded_stages_on_all_16_devices(tmp_path):
-    p = heavy_mlp_problem(tmp_path)
+def test_compute_heavy_model_gets_sharded_stages_on_all_16_devices(heavy_mlp):
+    p = heavy_mlp
     ans = plan_cluster(p, SolveOptions(time_limit=60), baselines=("single", "data-parallel", "dp"))
     sol = ans.solution
+    again = plan_cluster(p, SolveOptions(time_limit=60), baselines=("single", "data-parallel", "dp")).solution
+    assert np.array_equal(sol.assignment, again.assignment) and sol.stages == again.stages  # deterministic
+    assert sol.shardings == again.shardings
+    cert = sol.certificate
+    assert cert.solver == "cluster" and cert.status is Status.HEURISTIC
+    assert "contiguous ranges of 4 layer groups" in cert.message and "2x8" in cert.message
     assert {d for s in sol.stages for d in s.devices} == set(range(16))
     assert sol.num_stages >= 2 and all(s.mesh_axes for s in sol.stages)
     mine = per_microbatch(sol, ans.evaluation)
     others = {n: per_microbatch(s, e) for n, s, e in ans.candidates if e.feasible}
     assert mine < 0.6 * min(v for n, v in others.items() if not n.startswith("stage DP"))
-    # the DP's own model predicted the evaluated step within 10 %
+    # the DP's own model predicted the evaluated step within 10 %; the winner is the best candidate
     assert ans.dp.step_time / sol.microbatches == pytest.approx(mine, rel=0.1)
+    assert all(mine <= v * (1 + 1e-12) for v in others.values())
