@@ -120,7 +120,7 @@ class Propagation:
                        if (row := _op_row(t, i, self._overrides)) is not None}
         consumers: list[list[int]] = [[] for _ in range(t.graph.num_values)]
         for v, i in zip(t.edge_value.tolist(), t.edge_dst.tolist(), strict=True):
-            if i < t.num_ops:  # training's gradient edges end at parameter units, which propagation does not set
+            if i < t.num_ops:  # a gradient's edge into its parameter's unit: the parameter's spec does not follow
                 consumers[v].append(i)
         self._consumers = consumers
         self.rows = np.zeros(t.graph.num_values, np.int64)

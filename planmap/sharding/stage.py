@@ -28,7 +28,7 @@ from planmap.graph import Arg, OpGraph
 from planmap.sharding.mesh import LogicalMesh
 from planmap.sharding.tables import ShardingTables, fused_op_costs, gradient_params, graph_operands, graph_outputs
 
-__all__ = ["StageMap", "stage_graph", "stage_tables", "stage_ops", "stage_map"]
+__all__ = ["StageMap", "stage_graph", "stage_tables", "stage_ops", "stage_map", "batch_dims"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,7 +37,8 @@ class StageMap:
     ``values[v]`` (original value of sub value ``v``), ``args[k]`` (original argument index of sub
     argument ``k``, -1 for a value received from another stage), ``received`` (sub value ids of those),
     ``sent`` (sub value ids produced here and read by ops outside the stage), ``own`` (per sub op: one of
-    the stage's given ops, not a recomputed op copied from another stage)."""
+    the stage's given ops, not a recomputed op copied from another stage), ``batch`` (per sub value: the
+    dim that carries the data arguments' batch dim, -1 for none — :func:`batch_dims`)."""
 
     ops: np.ndarray
     values: np.ndarray
@@ -45,6 +46,7 @@ class StageMap:
     received: np.ndarray
     sent: np.ndarray
     own: np.ndarray
+    batch: np.ndarray
 
     def value_of(self, original_value: int) -> int | None:
         """The sub value id of an original value id (None when the stage does not hold it)."""
@@ -98,9 +100,34 @@ def stage_ops(original: OpGraph, ops: np.ndarray, recomputed: np.ndarray | None 
     return np.flatnonzero(keep)
 
 
-def stage_graph(original: OpGraph, ops: np.ndarray) -> OpGraph:
+def batch_dims(original: OpGraph) -> np.ndarray:
+    """(values,) per value of ``original``, the dim that carries the batch dim (dim 0) of the data arguments,
+    followed forward through the ops' DimMaps; -1 where none does (parameters, their gradients, values
+    that reduce the batch away). A value received from another stage splits "like data" only along it."""
+    out = np.full(original.num_values, -1, np.int64)
+    for a in original.args:
+        if a.role == "data" and a.type.rank:
+            out[a.value] = 0
+    if original.dim_maps is None:
+        return out
+    operands = graph_operands(original)
+    results: list[list[int]] = [[] for _ in range(original.num_nodes)]
+    for v, node in enumerate(original.value_node.tolist()):
+        if node >= 0:
+            results[node].append(v)
+    for i, dm in enumerate(original.dim_maps):
+        if dm is None or not results[i]:
+            continue
+        d = next((dm.operands[k][j] for k, v in enumerate(operands[i])
+                  if 0 <= (j := int(out[v])) < len(dm.operands[k]) and dm.operands[k][j] >= 0), -1)
+        out[results[i]] = d
+    return out
+
+
+def stage_graph(original: OpGraph, ops: np.ndarray, batch: np.ndarray | None = None) -> OpGraph:
     """The sub-graph of ``original`` that a stage of the original op ids ``ops`` runs (module doc);
-    ``meta["stage"]`` holds its :class:`StageMap`."""
+    ``meta["stage"]`` holds its :class:`StageMap` (``batch``: :func:`batch_dims` of ``original``, computed
+    when not given)."""
     ops_in = np.unique(np.asarray(ops, np.int64))
     eff = stage_ops(original, ops_in)
     n = original.num_nodes
@@ -156,7 +183,8 @@ def stage_graph(original: OpGraph, ops: np.ndarray) -> OpGraph:
         ops=_ro(eff, np.int64), values=_ro(values, np.int64),
         args=_ro([a.index for a in arg_kept] + [-1] * len(received), np.int64),
         received=_ro(new_id[received], np.int64), sent=_ro(new_id[np.asarray(sent, np.int64)], np.int64),
-        own=_ro(np.isin(eff, ops_in), bool))
+        own=_ro(np.isin(eff, ops_in), bool), batch=_ro((batch_dims(original) if batch is None else batch)[values],
+                                                        np.int64))
     return sub
 
 
@@ -208,7 +236,10 @@ def stage_tables(problem: Any, ops: np.ndarray, mesh: LogicalMesh) -> ShardingTa
     graphs = _memo(problem, "stage_graphs")
     sub = graphs.get(ops.tobytes())
     if sub is None:
-        sub = graphs[ops.tobytes()] = stage_graph(problem.original, ops)
+        batch = problem.memo.get("batch_dims")
+        if batch is None:
+            batch = problem.memo["batch_dims"] = batch_dims(problem.original)
+        sub = graphs[ops.tobytes()] = stage_graph(problem.original, ops, batch)
     smap = sub.meta["stage"]
     original = problem.original
     costs = _memo(problem, "stage_op_costs")

@@ -213,17 +213,23 @@ def stages_solution(problem: Any, assignment: np.ndarray, layouts: Sequence[tupl
     from planmap.problem import Shardings, Solution, Stage
 
     stages, args, values = [], {}, {}
+    backward, vnode = problem.original.backward, problem.original.value_node
     held: set[int] = set()  # arguments an earlier stage holds (and so owns)
     for tables, specs in layouts:
         m = stage_map(tables.graph)
         if m is None:
             raise ValueError("stages_solution requires stage tables (planmap.sharding.stage.stage_tables)")
-        single = tables.mesh.num_devices == 1
-        own_args = {k: s for k, s in specs.items() if k not in set(m.received.tolist())}  # roles from the model's
+        single, g = tables.mesh.num_devices == 1, tables.graph
+        # roles from the model's arguments; a stage reading no data argument of the model takes the batch role
+        # from the activations it receives from forward ops (dim 0 the batch), never from gradients flowing
+        # back or a parameter's gradient (their splits follow the sender's backward)
+        inputs = any(a.role == "data" and a.type.rank and m.args[a.index] >= 0 for a in g.args)
+        other = {w for w in m.received.tolist()
+                 if inputs or m.batch[w] != 0 or backward[int(vnode[int(m.values[w])])]}
+        own_args = {k: s for k, s in specs.items() if k not in other}
         names = ("_",) if single else axis_names(tables, own_args)
         stages.append(Stage(tuple(int(d) for d in tables.mesh.devices),
                             () if single else tuple(zip(names, tables.mesh.axis_sizes, strict=True))))
-        g = tables.graph
         for v, spec in sorted(compress(tables, specs).items()):
             entries = tuple(tuple(e) if isinstance(e, list) else e for e in partition_spec(spec, names))
             node = int(g.value_node[v])

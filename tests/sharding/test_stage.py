@@ -64,7 +64,7 @@ def test_two_stages_split_parameters_and_receive_crossing_values(gpt_train):
     tied = float(o.value_bytes[o.args[wte].value]) * p.cost.param_factor
     assert rep0.memory_parts["params"] + rep1.memory_parts["params"] == pytest.approx(
         full.memory_parts["params"] + tied)
-    assert rep0.compute + rep1.compute == pytest.approx(full.compute, rel=0.02)
+    assert rep0.compute + rep1.compute == pytest.approx(full.compute, rel=1e-3)  # copies of constants cost nothing
 
 
 def test_data_parallel_and_megatron_layouts_work_on_a_stage(gpt_train):

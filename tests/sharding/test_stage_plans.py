@@ -173,3 +173,29 @@ def test_the_sharding_phrase_says_where_each_axis_runs():
                                                    mesh.inv_bw, mesh.latency, strict=True)]
     assert sharding_phrase(axes) == "tp=8 inside a host (450 GB/s), dp=2 over the network (50 GB/s)"
     assert sharding_phrase(axes[1:2]) == "not sharded"
+
+
+def test_data_parallel_stages_pass_the_batch_split_on(gpt_train):
+    """Both stages data parallel over 4 devices: the received activations carry the batch (dim 0), so the
+    second stage's axis is named ``data`` like the first's and receives them split as they were sent; the
+    head's gradient of the tied embedding (no batch dim) does not make the first stage's axis ``fsdp``."""
+    from planmap.sharding.stage import stage_map
+
+    p = gpt_train
+    layouts = []
+    for ops, devs in zip(two_stages(p), ([0, 1, 2, 3], [4, 5, 6, 7]), strict=True):
+        t = stage_tables(p, ops, LogicalMesh.build(p.topology, (4,), devs))
+        m = stage_map(t.graph)
+        data = {a.value: ((0,),) + ((),) * (a.type.rank - 1) for a in t.graph.args if m.batch[a.value] == 0}
+        layouts.append((t, propagate(t, data)))
+    first, second = (stage_map(t.graph) for t, _ in layouts)
+    shapes = {layouts[0][0].shapes[w]: int(first.batch[w]) for w in first.received.tolist()}
+    assert shapes == {(512, 128): -1, (8, 64, 128): 0}  # the tied embedding's gradient, the activations' gradient
+    sol = stages_solution(p, split_assignment(p), layouts, CERT, schedule="1f1b")
+    assert [s.mesh_axes for s in sol.stages] == [(("data", 4),)] * 2
+    ev = evaluate(p, sol)
+    assert ev.feasible, ev.violations
+    got = stage_layouts(p, sol)[1]
+    x = next(w for w in second.received.tolist() if second.batch[w] == 0)
+    assert got.layout[x] == ((0,), (), ())
+    assert got.layout == layouts[1][1]
