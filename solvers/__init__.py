@@ -1,7 +1,8 @@
 """Solvers, found by name through this registry.
 
 One subpackage per family — :mod:`.latency` (the latency IP), :mod:`.pipeline` (``dp``, PipeDream,
-the throughput IP), :mod:`.heuristics` (greedy, even/single, METIS, local search) — over a shared
+the throughput IP), :mod:`.heuristics` (greedy, even/single, METIS, local search), :mod:`.sharding` (SPMD
+layouts), :mod:`.cluster` (whole-cluster plans: stages × submeshes × sharding) — over a shared
 layer of public modules any solver may use: :mod:`.mip` (solving Pyomo models), :mod:`.mip_backends`
 (the MIP backends and their options), :mod:`.mip_model` (model-building helpers), :mod:`.segments`
 (stages from a device assignment), :mod:`.repair` (valid assignments, last resorts) and
@@ -40,6 +41,7 @@ BUILTIN = MappingProxyType({
     "data-parallel": "planmap.solvers.sharding.baselines:DataParallel",
     "fsdp": "planmap.solvers.sharding.baselines:FSDP",
     "megatron": "planmap.solvers.sharding.baselines:Megatron",
+    "cluster": "planmap.solvers.cluster.solver:Cluster",
     "dqn": "planmap.solvers.dqn.solver:DQN",
 })
 
@@ -109,10 +111,15 @@ def available() -> list[SolverInfo]:
 def auto_candidates(problem: Problem) -> list[str]:
     """Solvers ``solver: auto`` tries, best first (the first that is installed and answers wins).
 
-    Exact methods first (they warm-start from heuristics themselves); then heuristics.
+    Exact methods first (they warm-start from heuristics themselves); then heuristics. Throughput on a
+    StableHLO graph (one with dimension maps) is the whole-cluster planner's alone: it searches pipelines
+    of sharded stages and judges the pipeline DP's plan and the SPMD baselines itself, by step time
+    (the chain would compare by bottleneck). Profiled graphs keep the exact pipeline DP / IP.
     """
     if problem.objective is ObjectiveKind.LATENCY:
         return ["ip", "local-search", "greedy", "even"]
+    if problem.original.dim_maps is not None and problem.original.outputs is not None:
+        return ["cluster"]
     if problem.contiguous and not problem.replication:
         return ["dp", "ip", "local-search", "even"]
     if problem.contiguous:

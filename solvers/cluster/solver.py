@@ -1,0 +1,227 @@
+"""The ``cluster`` solver: whole-cluster throughput plans — pipeline stages × submeshes × sharding (issue 13).
+
+Alpa's hierarchy on planmap's model. The graph is cut into layer groups (:func:`~.space.layer_groups`);
+each candidate stage (a contiguous range of groups on a submesh of :func:`~.space.submeshes`) is costed
+from the sharding solver's per-group layouts on every logical mesh of the submesh
+(:class:`~.costs.StageCosts`); the stage DP (:func:`~.dp.stage_dp`) picks ranges, submeshes and the
+mesh of each stage minimising the step time under the schedule's memory, for every microbatch count
+tried and every device order (heterogeneous clusters: hosts in both orders). The stages of the best
+DP answer are then sharded on their whole range (:func:`~.layouts.solve_stage`) and the plan is
+judged by :func:`planmap.evaluate.evaluate` together with the baselines — everything on one device,
+pure data parallel, FSDP, Megatron tensor × data parallel, and the pipeline plan of the exact
+pipeline DP (``dp``) — which are points of the same space; the best step time per microbatch wins.
+
+The certificate states the space searched and what is proven: the DP is optimal over contiguous
+ranges of the layer groups × the submeshes × the microbatch counts under the additive stage model
+(each group's sharding solved by the IP to the stated status), which :func:`planmap.evaluate.evaluate`
+does not prove for the whole plan, so the status is ``heuristic``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from planmap.errors import PlanmapError, SolverUnavailableError
+from planmap.evaluate import Evaluation, evaluate
+from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.sharding import propagate
+from planmap.sharding.stage import stage_tables
+from planmap.vocabulary import ObjectiveKind
+
+from .costs import StageCosts, inflight_rows
+from .dp import DPResult, stage_dp
+from .layouts import StageLayout, compose_layout, refine_layout
+from .space import LayerGroups, StagePlan, Submesh, build_solution, device_order, layer_groups, stage_meshes, submeshes
+
+__all__ = ["Cluster", "ClusterAnswer", "plan_cluster", "BASELINE_NAMES"]
+
+VERSION = "1"
+BASELINE_NAMES = ("single", "data-parallel", "fsdp", "megatron", "dp")
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterAnswer:
+    """Everything the search found: the winner, every candidate's evaluation, and search statistics."""
+
+    solution: Solution
+    evaluation: Evaluation
+    candidates: tuple[tuple[str, Solution, Evaluation], ...]
+    dp: DPResult | None
+    groups: LayerGroups
+    stats: dict
+
+
+def _score(problem: Problem, sol: Solution, ev: Evaluation) -> tuple[bool, float]:
+    """(infeasible, seconds per microbatch of the step): plans with different microbatch counts compare
+    by the step time divided by the microbatches (every microbatch is one run of the artifact)."""
+    return (not ev.feasible, ev.step_time / max(sol.microbatches, 1))
+
+
+def _orders(problem: Problem) -> list[np.ndarray]:
+    """Device orders the DP lays stages out in: hosts in order, and reversed when the hosts differ in
+    device type (the first stages then run on the other type)."""
+    order = device_order(problem)
+    types = problem.topology.device_type[order]
+    if len(set(types.tolist())) > 1:
+        return [order, device_order(problem, reverse_hosts=True)]
+    return [order]
+
+
+def _stage_plan(problem: Problem, costs: StageCosts, sub: Submesh, choice: int, start: int, stop: int,
+                inflight: int, refine: bool) -> tuple[StagePlan, StageLayout | None]:
+    """A chosen stage sharded on its whole range: its groups' layouts composed (:func:`compose_layout`),
+    then, with ``refine``, improved by the stage IP (repeated layers tied). The layout must fit
+    ``inflight`` microbatches, else the groups' leanest layouts are taken."""
+    mesh = stage_meshes(problem, sub)[choice // 2]
+    if mesh.num_devices == 1:
+        return StagePlan(start, stop, sub.devices), None
+    tables = stage_tables(problem, costs.groups.range_ops(start, stop), mesh)
+    lay = compose_layout(tables, [costs.group_layout(g, mesh, choice % 2) for g in range(start, stop)])
+    if refine:
+        lay = refine_layout(lay, costs.options)
+    if lay.base + inflight * lay.stash > tables.capacity and choice % 2 == 0:
+        lean = compose_layout(tables, [costs.group_layout(g, mesh, 1) for g in range(start, stop)])
+        lay = lean if lean.base + inflight * lean.stash <= tables.capacity else lay
+    return StagePlan(start, stop, tuple(int(d) for d in mesh.devices), tables, lay.specs), lay
+
+
+def megatron_hosts(problem: Problem) -> Solution:
+    """Megatron as practitioners run it: tensor parallel over a whole host's devices, data parallel across
+    hosts (one mesh, ``(hosts, devices per host)`` or ``(devices,)`` on one host), the argument specs of
+    :func:`planmap.solvers.sharding.baselines.megatron_overrides` propagated."""
+    from planmap.sharding.solution import spmd_solution, tables_cache
+    from planmap.solvers.sharding.baselines import megatron_overrides, meshes_or_raise
+
+    meshes = meshes_or_raise(problem, "megatron")
+    hosts = len(set(problem.topology.device_host[meshes[0].devices].tolist()))
+    per_host = meshes[0].num_devices // hosts
+    want = (per_host,) if hosts == 1 else (hosts, per_host)
+    mesh = next((m for m in meshes if m.axis_sizes == want), None)
+    if mesh is None:
+        raise SolverUnavailableError(f"megatron is not applicable to {problem.name}: no {want} mesh")
+    tables = tables_cache(problem).get(mesh)
+    over = megatron_overrides(tables, mesh.num_axes - 1, 0 if mesh.num_axes == 2 else None)
+    return spmd_solution(problem, tables, propagate(tables, over), Certificate(Status.HEURISTIC, "megatron"))
+
+
+def _baselines(problem: Problem, options: SolveOptions, names: Sequence[str]) -> list[tuple[str, Solution]]:
+    """The baselines that apply to ``problem``, each skipped when it does not apply (all deterministic)."""
+    from planmap.solvers.heuristics.even import SingleDevice
+    from planmap.solvers.pipeline.dp import ThroughputDP
+    from planmap.solvers.sharding import baselines as spmd
+
+    direct = {"data-parallel": lambda p: spmd.data_parallel(p)[0], "fsdp": lambda p: spmd.fsdp(p)[0],
+              "megatron": megatron_hosts}
+    solvers: dict[str, type[SingleDevice] | type[ThroughputDP]] = {"single": SingleDevice, "dp": ThroughputDP}
+    out = []
+    for name in names:
+        try:
+            sol = direct[name](problem) if name in direct else solvers[name]().solve(problem, options)
+        except PlanmapError:  # not applicable here (or not installed)
+            continue
+        out.append((name, sol))
+    return out
+
+
+def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices: Sequence[int] | None = None,
+                 formula: str = "step", ip_groups: bool = False, refine: bool = True,
+                 baselines: Sequence[str] = BASELINE_NAMES) -> ClusterAnswer:
+    """The whole search (see the module doc); ``microbatch_choices`` default to the problem's count."""
+    t0 = time.perf_counter()
+    if problem.objective is not ObjectiveKind.THROUGHPUT:
+        raise SolverUnavailableError("solver 'cluster' plans throughput only")
+    if problem.original.dim_maps is None or problem.original.outputs is None:
+        raise SolverUnavailableError(f"solver 'cluster' needs a StableHLO graph with dimension maps; "
+                                     f"{problem.name} has none (a profiled graph: use dp or ip)")
+    groups = layer_groups(problem)
+    choices = sorted({int(m) for m in (microbatch_choices or [problem.microbatches])})
+    costs = StageCosts(problem, groups, options, use_ip=ip_groups)
+    progress = options.progress
+    found: list[tuple[str, Solution, Evaluation]] = []
+    best_dp: DPResult | None = None
+    best_dp_score = float("inf")
+    dp_time = stage_time = eval_time = 0.0
+    for order in _orders(problem):
+        subs = submeshes(problem, order)
+        offsets = np.array([s.offset for s in subs])
+        sizes = np.array([s.size for s in subs])
+        for m in choices:
+            table, mesh_of = costs.table(order, subs, m)
+            t_dp = time.perf_counter()
+            res = stage_dp(table, offsets, sizes, len(order), m, formula=formula)
+            dp_time += time.perf_counter() - t_dp
+            if res is None:
+                continue
+            pm = replace(problem, microbatches=m) if m != problem.microbatches else problem
+            rows = inflight_rows(problem, m)
+            t_st = time.perf_counter()
+            plans = [_stage_plan(pm, costs, subs[st.sub], int(mesh_of[st.row, st.start, st.stop, st.sub]), st.start,
+                                 st.stop, rows[st.row], refine)[0] for st in res.stages]
+            cert = Certificate(Status.HEURISTIC, "cluster", version=VERSION)
+            sol = build_solution(pm, groups, plans, cert, microbatches=m)
+            t_ev = time.perf_counter()
+            stage_time += t_ev - t_st
+            ev = evaluate(pm, sol)
+            eval_time += time.perf_counter() - t_ev
+            found.append((f"stage DP (M={m}, {len(plans)} stage(s))", sol, ev))
+            if best_dp is None or res.step_time / m < best_dp_score:
+                best_dp, best_dp_score = res, res.step_time / m
+            if progress is not None:
+                progress(elapsed=time.perf_counter() - t0, incumbent=ev.objective, bound=None,
+                         message=f"stage DP M={m}: {len(plans)} stage(s)")
+    t_base = time.perf_counter()
+    for name, sol in _baselines(problem, replace(options, progress=None), baselines):
+        found.append((name, sol, evaluate(problem, sol)))
+    base_time = time.perf_counter() - t_base
+    if not found:
+        raise SolverUnavailableError(f"solver 'cluster' found no plan for {problem.name}")
+    name, sol, ev = min(found, key=lambda f: _score(problem, f[1], f[2]))
+    stats = {"groups": groups.num_groups, "distinct_groups": len(set(groups.signature)), "solves": costs.stats.solves,
+             "cache_hits": costs.stats.hits, "tables_time": costs.stats.tables_time,
+             "solve_time": costs.stats.solve_time, "dp_time": dp_time, "baselines_time": base_time,
+             "stages_time": stage_time, "evaluate_time": eval_time,
+             "dp_states": best_dp.states if best_dp else 0,
+             "dp_candidates": f"{best_dp.candidates}/{best_dp.candidates_total}" if best_dp else "",
+             "statuses": dict(costs.stats.statuses),
+             "wall_time": time.perf_counter() - t0}
+    message = _message(groups, choices, costs, found, name, ev, problem, refine)
+    sol = sol.with_certificate(status=Status.HEURISTIC, solver="cluster", objective=ev.objective, bound=None,
+                               gap=None, version=VERSION, message=message, wall_time=stats["wall_time"],
+                               options={"time_limit": options.time_limit, "rel_gap": options.rel_gap})
+    return ClusterAnswer(sol, ev, tuple(found), best_dp, groups, stats)
+
+
+def _message(groups: LayerGroups, choices: list[int], costs: StageCosts, found, winner: str, ev: Evaluation,
+             problem: Problem, refine: bool) -> str:
+    """The certificate's statement of the space searched and of what is proven."""
+    shapes = sorted({s.shape for o in _orders(problem) for s in submeshes(problem, o)},
+                    key=lambda x: tuple(int(p) for p in x.split("x")))
+    statuses = ", ".join(f"{n} {k}" for k, n in sorted(costs.stats.statuses.items()))
+    clock = " (a stage IP hit its wall-clock safety net)" if costs.clock_cut else ""
+    others = "; ".join(f"{n}: {e.step_time / max(s.microbatches, 1) * 1e3:.6g} ms/microbatch"
+                       + ("" if e.feasible else " (infeasible)") for n, s, e in found)
+    how = "best of the SPMD baselines and the sharding IP" if costs.use_ip else "best of the SPMD baselines"
+    return (f"stage DP optimal over contiguous ranges of {groups.num_groups} layer groups × submeshes "
+            f"{{{', '.join(shapes)}}} × microbatches {{{', '.join(map(str, choices))}}} under the additive "
+            f"stage model (each group's sharding per mesh: {how}; {costs.stats.solves} solves, {statuses}{clock}); "
+            f"chosen stages: group layouts composed{', refined by the stage IP (layers tied)' if refine else ''}; "
+            f"best under evaluate: {winner} ({ev.step_time * 1e3:.6g} ms per step); candidates: {others}")
+
+
+class Cluster:
+    """Whole-cluster throughput planner (registry name ``cluster``)."""
+
+    name = "cluster"
+    objectives = frozenset({ObjectiveKind.THROUGHPUT})
+
+    def __init__(self, microbatch_choices: Sequence[int] | None = None, formula: str = "step") -> None:
+        self.microbatch_choices = microbatch_choices
+        self.formula = formula
+
+    def solve(self, problem: Problem, options: SolveOptions) -> Solution:
+        return plan_cluster(problem, options, microbatch_choices=self.microbatch_choices,
+                            formula=self.formula).solution
