@@ -196,7 +196,7 @@ def stage_layouts(problem: Any, solution: Any) -> list[StageLayout]:
         for k in sweeps[sweep % 2]:
             for w, spec in _received(problem.original, stages, props, owner, k).items():
                 if w not in over[k] and props[k].spec(w) != spec:
-                    props[k].set_argument(w, spec)
+                    props[k].update({w: spec})
                     changed = True
         if not changed:
             break

@@ -11,6 +11,7 @@ clusters (the bench adds the exported example models).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def _graph(rng: np.random.Generator, training: bool, seed: int):
 
 
 def _problem(g, rng: np.random.Generator, training: bool, hosts: int | None = None) -> Problem:
-    kw = dict(mode="training", schedule="1f1b", microbatches=int(rng.choice([2, 4, 8]))) if (
+    kw: dict[str, Any] = dict(mode="training", schedule="1f1b", microbatches=int(rng.choice([2, 4, 8]))) if (
         training and g.backward.any()) else {}
     slack = float(rng.choice([1.3, 2.0, 4.0]))
     if hosts is None and rng.random() < 0.5:

@@ -63,9 +63,10 @@ class Partial:
         return len(self.starts)
 
 
-def _groups(problem: Problem, max_groups: int) -> np.ndarray:
-    """Group id per forward position: cuts at layer changes, topped up with cuts at about equal compute inside
-    layers while there are fewer than ``max_groups`` (never inside a colocation class)."""
+def _groups(problem: Problem, max_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Forward node ids in order and the group id of each forward position: cuts at layer changes, topped up
+    with cuts at about equal compute inside layers while there are fewer than ``max_groups``
+    (never inside a colocation class)."""
     g = problem.graph
     fwd = np.flatnonzero(~g.backward) if g.backward.any() else np.arange(g.num_nodes)
     n = len(fwd)
@@ -112,7 +113,7 @@ class PipelineSpace:
         group_of[fwd] = gid
         cls = g.colocation
         if g.backward.any():
-            first = {}
+            first: dict[int, int] = {}
             for v in fwd.tolist():
                 if cls[v] >= 0:
                     first.setdefault(int(cls[v]), group_of[v])
@@ -138,7 +139,7 @@ class PipelineSpace:
         self.allowed = np.ones((self.num_groups, D), bool)
         np.logical_and.at(self.allowed, group_of, problem.allowed)
         pv, pn = cost.param_use
-        self.params = [set() for _ in range(self.num_groups)]
+        self.params: list[set[int]] = [set() for _ in range(self.num_groups)]
         for v, node in zip(pv.tolist(), pn.tolist(), strict=True):
             self.params[group_of[node]].add(v)
         self.value_bytes = g.value_bytes
