@@ -34,6 +34,7 @@ _COMMAND_MODULES = (
     "planmap.cli.plan_cmds",
     "planmap.cli.review_cmds",
     "planmap.cli.run_cmds",
+    "planmap.cli.profile_cmds",
 )
 
 

@@ -82,6 +82,8 @@ def _inputs(spec: Any, plan_dir: Path) -> list[PlanInput]:
     if spec.cluster_path is not None:
         items.append(("cluster", spec.cluster_path))
     items.append(("model", spec.model_path))
+    if spec.profile_path is not None:
+        items.append(("profile", spec.profile_path))
     return [plan_input(r, p, plan_dir) for r, p in items]
 
 

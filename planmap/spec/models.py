@@ -503,6 +503,21 @@ class Constraints(_Model):
         return self
 
 
+class CostConfig(_Model):
+    profile: str | None = Field(default=None, description="Profile file written by `planmap profile` for this "
+                                "model (path relative to this file): measured node times replace the roofline "
+                                "on devices of the profiled kind; its sha256 is a plan input.")
+
+    @field_validator("profile")
+    @classmethod
+    def _exists(cls, v: str | None, info: ValidationInfo):
+        base = (info.context or {}).get("base_dir")
+        if v is not None and base is not None and not is_regular_file(Path(base) / v):
+            raise PydanticCustomError("file-not-found", f"profile {v!r} does not exist (looked in {Path(base)})",
+                                      {"got": v, "expected": "a path relative to the spec file"})
+        return v
+
+
 # ------------------------------------------------------------------------------------ planspec
 class PlanSpecBody(_Model):
     model: ModelSource = Field(description="The model artifact and how it is run.")
@@ -514,6 +529,7 @@ class PlanSpecBody(_Model):
     objective: Objective = Field(description="What the plan optimises.")
     solver: SolverConfig = Field(default_factory=SolverConfig, description="How the plan is searched for.")
     constraints: Constraints = Field(default_factory=Constraints, description="Restrictions on the plan.")
+    cost: CostConfig = Field(default_factory=CostConfig, description="Calibration of the cost model.")
 
     @model_validator(mode="after")
     def _check(self) -> PlanSpecBody:
