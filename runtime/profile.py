@@ -24,7 +24,7 @@ from planmap.runtime.ir_graph import EntryGraph
 from planmap.runtime.split import build_module, plan_cuts
 from planmap.runtime.wrap import to_exported
 
-__all__ = ["device_kind", "time_call", "time_nodes"]
+__all__ = ["device_kind", "time_call", "time_nodes", "time_program"]
 
 _KINDS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
 
@@ -57,6 +57,35 @@ def _call_overhead(device: Any, warmup: int, repeats: int) -> float:
     return time_call(fn, (x,), warmup, repeats)
 
 
+def _compiled_ops(artifact: Artifact, graph: EntryGraph, ops: list[int], device: Any, name: str):
+    """(compiled program of ``ops`` cut as a runtime segment, zero inputs on ``device``), or None when
+    the ops produce nothing another op or the entry's return reads."""
+    import jax
+
+    rest = np.setdiff1d(np.arange(graph.n_ops), ops).tolist()
+    cut = plan_cuts(graph, [ops, rest] if rest else [ops])[0]
+    if not ops or not cut.outputs:
+        return None
+    ctx = make_context()
+    module, _ = build_module(artifact, cut, ctx)
+    in_types = [graph.tensor_type(r) for r in cut.inputs]
+    out_types = [graph.tensor_type(r) for r in cut.outputs]
+    exported = to_exported(module, ctx, in_types, out_types, nr_devices=1, platform=device.platform, name=name)
+    compiled = jax.jit(exported.call).lower(*[jax.ShapeDtypeStruct(t.shape, t.np_dtype) for t in in_types]).compile()
+    return compiled, tuple(jax.device_put(np.zeros(t.shape, t.np_dtype), device) for t in in_types)
+
+
+def time_program(artifact: Artifact, *, device: Any = None, warmup: int = 2, repeats: int = 5) -> float:
+    """Median seconds of the whole entry function as one program on ``device`` (the call overhead
+    included: it is what one step pays)."""
+    import jax
+
+    device = device if device is not None else jax.local_devices()[0]
+    graph = EntryGraph.from_artifact(artifact)
+    compiled, args = _compiled_ops(artifact, graph, list(range(graph.n_ops)), device, "profile_all")
+    return time_call(compiled, args, warmup, repeats)
+
+
 def time_nodes(artifact: Artifact, coarse: OpGraph, *, device: Any = None, warmup: int = 2, repeats: int = 5,
                progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, float]:
     """(seconds per node of ``coarse``, call overhead subtracted) on ``device`` (default: the first
@@ -69,22 +98,11 @@ def time_nodes(artifact: Artifact, coarse: OpGraph, *, device: Any = None, warmu
         raise ValueError(f"the graph has {coarse.n_original} ops, the artifact {graph.n_ops}")
     overhead = _call_overhead(device, warmup, repeats)
     seconds = np.zeros(coarse.num_nodes)
-    everything = np.arange(graph.n_ops)
     for i in range(coarse.num_nodes):
-        ops = sorted(int(o) for o in coarse.members_of(i))
-        rest = np.setdiff1d(everything, ops).tolist()
-        cut = plan_cuts(graph, [ops, rest] if rest else [ops])[0]
-        if ops and cut.outputs:
-            ctx = make_context()
-            module, _ = build_module(artifact, cut, ctx)
-            in_types = [graph.tensor_type(r) for r in cut.inputs]
-            out_types = [graph.tensor_type(r) for r in cut.outputs]
-            exported = to_exported(module, ctx, in_types, out_types, nr_devices=1, platform=device.platform,
-                                   name=f"profile_node{i}")
-            compiled = jax.jit(exported.call).lower(
-                *[jax.ShapeDtypeStruct(t.shape, t.np_dtype) for t in in_types]).compile()
-            args = tuple(jax.device_put(np.zeros(t.shape, t.np_dtype), device) for t in in_types)
-            seconds[i] = max(0.0, time_call(compiled, args, warmup, repeats) - overhead)
+        prog = _compiled_ops(artifact, graph, sorted(int(o) for o in coarse.members_of(i)), device,
+                             f"profile_node{i}")
+        if prog is not None:
+            seconds[i] = max(0.0, time_call(prog[0], prog[1], warmup, repeats) - overhead)
         if progress is not None:
             progress(i + 1, coarse.num_nodes)
     return seconds, overhead
