@@ -6,7 +6,8 @@ use their measured times instead (looked up by device type name, then kind, then
 for any non-CPU kind). Transfers follow the charging rules of :mod:`planmap.cluster`; measured
 transfer times of a profiled graph replace the bytes-based estimate for each paying end (the
 paper's ``c_u`` at both ends). Memory terms are per node so solvers can sum them linearly:
-parameters (times a training factor for gradients and optimizer state), stashed activations per
+parameters (times a training factor for gradients and optimizer state, and the f32 master copy of
+mixed-precision training), stashed activations per
 in-flight microbatch (training), and a per-node working set (its inputs and outputs). Under the
 graph's ``node-sizes`` memory model (:attr:`planmap.graph.OpGraph.memory_model`) the stash and the
 working set are zero: a node's size is its whole footprint, and every solver reads these columns.
@@ -26,15 +27,39 @@ from planmap.errors import InputError
 from planmap.graph import OpGraph
 from planmap.vocabulary import MemoryModel, Mode
 
-__all__ = ["CostModel", "OPTIMIZER_STATES", "param_memory_factor"]
+__all__ = ["CostModel", "OPTIMIZER_STATES", "MASTER_DTYPES", "param_memory_factor", "mixed_precision_factor"]
 
 # Optimizer state kept per parameter element, in parameter-sized copies.
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 
+# Bytes per element of the floating-point types a master copy may be kept in.
+MASTER_DTYPES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2}
+
+
 def param_memory_factor(mode: str, optimizer: str) -> float:
     """Bytes held per parameter byte: the weights (inference), plus gradients and optimizer state."""
     return 1.0 if mode == Mode.INFERENCE else 2.0 + OPTIMIZER_STATES[optimizer]
+
+
+def mixed_precision_factor(graph: OpGraph, optimizer: str, master_dtype: str) -> float:
+    """Bytes held per parameter byte in training with a master copy in ``master_dtype`` (mixed
+    precision: bf16 weights and gradients, f32 master weights and optimizer state). A parameter
+    narrower than the master type adds its master copy; every parameter's optimizer state is kept in
+    the master type. One factor for the model (solvers scale parameter bytes by one number): exact
+    in total, and per parameter when all parameters share one dtype."""
+    size = MASTER_DTYPES[master_dtype]
+    states = OPTIMIZER_STATES[optimizer]
+    held = stored = 0.0
+    for a in graph.args:
+        if a.role != "param":
+            continue
+        nbytes = float(graph.value_bytes[a.value])
+        elems = float(np.prod(a.type.shape)) if a.type.shape else 1.0
+        master = elems * size
+        held += 2.0 * nbytes + states * master + (master if nbytes < master else 0.0)
+        stored += nbytes
+    return held / stored if stored else param_memory_factor(Mode.TRAINING, optimizer)
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -61,17 +86,20 @@ class CostModel:
     compute: np.ndarray
     kernels: np.ndarray
     launch: np.ndarray
+    master_dtype: str | None = None
 
     @classmethod
     def build(cls, graph: OpGraph, topology: Topology, *, mode: str = Mode.INFERENCE, optimizer: str = "adam",
-              kernels: np.ndarray | None = None) -> CostModel:
+              kernels: np.ndarray | None = None, master_dtype: str | None = None) -> CostModel:
         n, types = graph.num_nodes, len(topology.type_names)
         k = np.ones(n) if kernels is None else np.asarray(kernels, float)
         compute = np.empty((n, types))
         launch = np.zeros((n, types))
         for t in range(types):
             compute[:, t], launch[:, t] = _type_times(graph, topology, t, k)
-        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch))
+        if master_dtype is not None and master_dtype not in MASTER_DTYPES:
+            raise InputError(f"master dtype {master_dtype!r} is not one of {', '.join(MASTER_DTYPES)}")
+        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch), master_dtype)
 
     @staticmethod
     def replicated(seconds, launch, replicas):
@@ -143,9 +171,12 @@ class CostModel:
         return _ro(np.where(np.isnan(measured), lat + self.graph.value_bytes * ibw, measured))
 
     # ------------------------------------------------------------------------------- memory
-    @property
+    @cached_property
     def param_factor(self) -> float:
-        return param_memory_factor(self.mode, self.optimizer)
+        """Bytes held per parameter byte (see :func:`param_memory_factor`, :func:`mixed_precision_factor`)."""
+        if self.master_dtype is None or self.mode == Mode.INFERENCE:
+            return param_memory_factor(self.mode, self.optimizer)
+        return mixed_precision_factor(self.graph, self.optimizer, self.master_dtype)
 
     @cached_property
     def param_use(self) -> tuple[np.ndarray, np.ndarray]:

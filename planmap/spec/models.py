@@ -390,6 +390,10 @@ class ModelSource(_Model):
                                             "which are parameters. Default: from JAX argument names "
                                             "(params/weights are parameters), else the first is data.")
     optimizer: Optimizer = Field(default=Optimizer.ADAM, description="Optimizer state kept in training.")
+    master_dtype: Literal["f32", "f64", "bf16", "f16"] | None = Field(
+        default=None, description="Mixed-precision training: the dtype of the master weights and the optimizer "
+        "state (e.g. f32 for bf16 parameters); a parameter narrower than it also keeps a master copy. "
+        "Default: no master copy, optimizer state in the parameter dtype.")
     loop_trip_count: int = Field(default=1, ge=1, description="Trip count assumed for while loops whose bound "
                                  "is not static.")
 
