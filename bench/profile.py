@@ -4,8 +4,10 @@
 Usage: python bench/profile.py [--models mlp,gpt,...] [--repeats N] [--out bench/results/profile.md]
 
 For each example artifact (specs/models/*.mlir, inference and training steps) on this machine's CPU
-(one JAX device, no fake devices): the whole entry function compiled as one program and timed
-(median of N after warm-up) is the *measured* step; the *roofline* prediction is planmap's cost
+(one JAX device, no fake devices): the whole entry function compiled as one program is the
+*measured* step; it is timed in the same rounds as the nodes (each program once per round, N rounds,
+the minimum per program: this 2-core machine is shared, and the minimum is the time without
+interference); the *roofline* prediction is planmap's cost
 model with a generic CPU device type (no calibration), the *profiled* prediction is the sum of the
 node times `planmap profile` measured (each node cut out and timed alone, the empty-call cost
 subtracted), i.e. what a single-device plan with ``cost.profile`` predicts.
@@ -45,7 +47,7 @@ def run(model: str, repeats: int) -> dict:
     from planmap.kernels import kernel_counts
     from planmap.profile import Profile, apply_profile, file_sha256, spread_over_ops
     from planmap.runtime.artifact import Artifact
-    from planmap.runtime.profile import device_kind, time_nodes, time_program
+    from planmap.runtime.profile import _empty_program, device_kind, node_programs, time_rounds, whole_program
     from planmap.spec.models import ClusterBody
 
     path = ROOT / "specs" / "models" / f"{model}.mlir"
@@ -55,16 +57,19 @@ def run(model: str, repeats: int) -> dict:
     roofline = CostModel.build(coarse, topo, kernels=kernel_counts(coarse, original)).compute[:, 0].sum()
     art = Artifact.from_file(path)
     dev = jax.local_devices()[0]
-    measured = time_program(art, device=dev, warmup=3, repeats=max(repeats, 10))
-    seconds, overhead = time_nodes(art, coarse, device=dev, warmup=2, repeats=repeats)
+    progs = node_programs(art, coarse, dev)
+    live = [i for i, p in enumerate(progs) if p is not None]
+    times = time_rounds([whole_program(art, dev), _empty_program(dev), *(progs[i] for i in live)], 2, repeats)
+    best = times.min(axis=0)  # per program, the round without interference
+    seconds = np.zeros(coarse.num_nodes)
+    seconds[live] = np.maximum(best[2:] - best[1], 0.0)
     weights = CostModel.build(original, topo).compute[:, 0]
     prof = Profile(file_sha256(path), device_kind(dev), str(dev.device_kind),
-                   spread_over_ops(seconds, coarse, weights), overhead, 2, repeats, "fuse")
+                   spread_over_ops(seconds, coarse, weights), float(best[1]), 2, repeats, "fuse")
     profiled = CostModel.build(apply_profile(coarse, original, prof, file_sha256(path)), topo).compute[:, 0].sum()
     # one step pays one call of the whole program: the empty-call cost the nodes had subtracted
-    predicted = profiled + overhead
-    return {"model": model, "nodes": coarse.num_nodes, "measured": measured, "roofline": roofline,
-            "profiled": predicted, "overhead": overhead}
+    return {"model": model, "nodes": coarse.num_nodes, "measured": float(best[0]), "roofline": roofline,
+            "profiled": profiled + float(best[1]), "overhead": float(best[1])}
 
 
 def table(rows: list[dict]) -> str:

@@ -1,17 +1,19 @@
 """Time each node of a coarsened graph on one local JAX device: the measurements of ``planmap profile``.
 
 Each node's ops are cut out of the artifact as the runtime cuts a segment (cheap input-free values
-recomputed inside, every other input an argument), compiled for one device, called ``warmup`` times,
-then timed ``repeats`` times (wall clock around a blocking call; the median is kept). Calling an
-empty program costs something too (dispatch, argument checks): that is measured the same way and
-subtracted, so a node's time is its kernels' time, as inside a stage program. Inputs are zeros of
-each argument's type (valid indices for gathers; the same arithmetic cost as random data on CPU and
-GPU, which do not skip zeros).
+recomputed inside, every other input an argument) and compiled for one device; all of them are
+compiled first (so all are held at once: node programs and their inputs), warmed up, then timed in
+rounds, each program once per round (wall clock around a blocking call), so that a load that
+comes and goes on a shared machine touches every node alike; the median over the rounds is kept,
+or the minimum (the time without interference). Calling an empty program costs something too
+(dispatch, argument checks): it is timed in the same rounds and subtracted, so a node's time is
+its kernels' time, as inside a stage program. Inputs are zeros of each argument's type (valid
+indices for gathers; the same arithmetic cost as random data on CPU and GPU, which do not skip
+zeros).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +26,7 @@ from planmap.runtime.ir_graph import EntryGraph
 from planmap.runtime.split import build_module, plan_cuts
 from planmap.runtime.wrap import to_exported
 
-__all__ = ["device_kind", "time_call", "time_nodes", "time_program"]
+__all__ = ["device_kind", "time_rounds", "whole_program", "node_programs", "time_nodes"]
 
 _KINDS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
 
@@ -34,27 +36,31 @@ def device_kind(device: Any) -> str:
     return _KINDS.get(device.platform, device.platform)
 
 
-def time_call(fn: Callable, args: tuple, warmup: int, repeats: int) -> float:
-    """Median wall-clock seconds of ``fn(*args)`` to completion, after ``warmup`` calls."""
+def time_rounds(programs: list[tuple[Callable, tuple]], warmup: int, repeats: int) -> np.ndarray:
+    """(repeats, P) seconds: every program called once per round, rounds one after another, so that
+    a load that comes and goes on a shared machine touches all programs alike (each is warmed up
+    ``warmup`` times first)."""
     import jax
 
-    for _ in range(warmup):
-        jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    for fn, args in programs:
+        for _ in range(warmup):
+            jax.block_until_ready(fn(*args))
+    out = np.zeros((repeats, len(programs)))
+    for r in range(repeats):
+        for p, (fn, args) in enumerate(programs):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            out[r, p] = time.perf_counter() - t0
+    return out
 
 
-def _call_overhead(device: Any, warmup: int, repeats: int) -> float:
+def _empty_program(device: Any) -> tuple[Callable, tuple]:
+    """A program that does (almost) nothing: what calling any compiled program costs."""
     import jax
     import jax.numpy as jnp
 
     x = jax.device_put(np.zeros(1, np.float32), device)
-    fn = jax.jit(lambda v: v + 1).lower(jax.ShapeDtypeStruct((1,), jnp.float32)).compile()
-    return time_call(fn, (x,), warmup, repeats)
+    return jax.jit(lambda v: v + 1).lower(jax.ShapeDtypeStruct((1,), jnp.float32)).compile(), (x,)
 
 
 def _compiled_ops(artifact: Artifact, graph: EntryGraph, ops: list[int], device: Any, name: str):
@@ -75,34 +81,33 @@ def _compiled_ops(artifact: Artifact, graph: EntryGraph, ops: list[int], device:
     return compiled, tuple(jax.device_put(np.zeros(t.shape, t.np_dtype), device) for t in in_types)
 
 
-def time_program(artifact: Artifact, *, device: Any = None, warmup: int = 2, repeats: int = 5) -> float:
-    """Median seconds of the whole entry function as one program on ``device`` (the call overhead
-    included: it is what one step pays)."""
-    import jax
-
-    device = device if device is not None else jax.local_devices()[0]
+def whole_program(artifact: Artifact, device: Any) -> tuple[Callable, tuple]:
+    """The whole entry function compiled as one program on ``device``, with zero inputs."""
     graph = EntryGraph.from_artifact(artifact)
-    compiled, args = _compiled_ops(artifact, graph, list(range(graph.n_ops)), device, "profile_all")
-    return time_call(compiled, args, warmup, repeats)
+    return _compiled_ops(artifact, graph, list(range(graph.n_ops)), device, "profile_all")
 
 
-def time_nodes(artifact: Artifact, coarse: OpGraph, *, device: Any = None, warmup: int = 2, repeats: int = 5,
-               progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, float]:
-    """(seconds per node of ``coarse``, call overhead subtracted) on ``device`` (default: the first
-    local device). ``coarse`` must be a coarsening of ``artifact``'s entry function."""
-    import jax
-
-    device = device if device is not None else jax.local_devices()[0]
+def node_programs(artifact: Artifact, coarse: OpGraph, device: Any) -> list[tuple[Callable, tuple] | None]:
+    """Per node of ``coarse`` (a coarsening of ``artifact``'s entry function), its ops compiled as a
+    runtime segment on ``device`` with zero inputs, or None when they produce nothing read."""
     graph = EntryGraph.from_artifact(artifact)
     if graph.n_ops != coarse.n_original:
         raise ValueError(f"the graph has {coarse.n_original} ops, the artifact {graph.n_ops}")
-    overhead = _call_overhead(device, warmup, repeats)
+    return [_compiled_ops(artifact, graph, sorted(int(o) for o in coarse.members_of(i)), device, f"profile_node{i}")
+            for i in range(coarse.num_nodes)]
+
+
+def time_nodes(artifact: Artifact, coarse: OpGraph, *, device: Any = None, warmup: int = 2, repeats: int = 5,
+               stat: str = "median") -> tuple[np.ndarray, float]:
+    """(seconds per node of ``coarse``, the empty-call cost subtracted; that cost) on ``device``
+    (default: the first local device), the ``stat`` (median or min) over ``repeats`` rounds."""
+    import jax
+
+    device = device if device is not None else jax.local_devices()[0]
+    progs = node_programs(artifact, coarse, device)
+    live = [p for p in progs if p is not None]
+    times = time_rounds([_empty_program(device), *live], warmup, repeats)
+    per = times.min(axis=0) if stat == "min" else np.median(times, axis=0)
     seconds = np.zeros(coarse.num_nodes)
-    for i in range(coarse.num_nodes):
-        prog = _compiled_ops(artifact, graph, sorted(int(o) for o in coarse.members_of(i)), device,
-                             f"profile_node{i}")
-        if prog is not None:
-            seconds[i] = max(0.0, time_call(prog[0], prog[1], warmup, repeats) - overhead)
-        if progress is not None:
-            progress(i + 1, coarse.num_nodes)
-    return seconds, overhead
+    seconds[[i for i, p in enumerate(progs) if p is not None]] = np.maximum(per[1:] - per[0], 0.0)
+    return seconds, float(per[0])

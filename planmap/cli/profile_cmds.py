@@ -22,7 +22,9 @@ def profile(
     level: str = typer.Option("fuse", "--level", help="Coarsening whose nodes are timed: none, fuse or layers."),
     device: int = typer.Option(0, "--device", min=0, help="Index of the local JAX device to time on."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed calls per node before timing."),
-    repeats: int = typer.Option(5, "--repeats", min=1, help="Timed calls per node (the median is kept)."),
+    repeats: int = typer.Option(5, "--repeats", min=1, help="Timed rounds (each node called once per round)."),
+    stat: str = typer.Option("median", "--stat", help="median over the rounds, or min (on a shared, loaded "
+                             "machine the minimum is the time without interference)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the profile path."),
 ) -> None:
     """Measure per-node times of MODEL on a local JAX device (warm-up, repeats, median, minus the cost
@@ -31,6 +33,8 @@ def profile(
     from planmap.cost import CostModel
     from planmap.profile import Profile, file_sha256, spread_over_ops, write_profile
 
+    if stat not in ("median", "min"):
+        raise PlanmapError(f"--stat requires median or min, but got {stat!r}")
     if spec is not None:
         from planmap.assemble import build_problem
         from planmap.spec import load_spec
@@ -57,12 +61,10 @@ def profile(
         raise PlanmapError(f"--device {device}: only {len(devices)} local device(s)")
     dev = devices[device]
 
-    def progress(done: int, total: int) -> None:
-        if not quiet and (done == total or done % 20 == 0):
-            err.print(f"timed {done}/{total} nodes", end="\r" if done < total else "\n")
-
+    if not quiet:
+        err.print(f"compiling and timing {coarse.num_nodes} nodes on {dev.device_kind} …")
     seconds, overhead = time_nodes(Artifact.from_file(model), coarse, device=dev, warmup=warmup, repeats=repeats,
-                                   progress=progress)
+                                   stat=stat)
     roof = CostModel.build(original, topo).compute[:, 0]
     per_op = spread_over_ops(seconds, coarse, np.where(np.isfinite(roof), roof, 0.0))
     prof = Profile(file_sha256(model), device_kind(dev), str(dev.device_kind), per_op, overhead, warmup, repeats,
