@@ -1,7 +1,9 @@
 """``CostModel``: seconds and bytes for every node, transfer and collective of one graph on one cluster.
 
 Compute time per node and device type is a roofline, ``max(FLOPs / peak[dtype], bytes / bandwidth)
-/ efficiency + overhead per kernel``, vectorised over all nodes of a type at once; profiled graphs
+/ efficiency + overhead per kernel`` (plus, with a small-size penalty ``halfEfficiencyFlops`` h, a
+fixed ``h / (peak x efficiency)`` per kernel: efficiency F / (F + h) for a kernel of F FLOPs),
+vectorised over all nodes of a type at once; profiled graphs
 use their measured times instead (looked up by device type name, then kind, then "accelerator"
 for any non-CPU kind). Transfers follow the charging rules of :mod:`planmap.cluster`; measured
 transfer times of a profiled graph replace the bytes-based estimate for each paying end (the
@@ -74,9 +76,10 @@ class CostModel:
     ``compute`` is ``(n, T)`` seconds per node and device type (``inf`` where a node cannot run on
     that type); ``device_compute`` expands it to ``(n, D)``. ``kernels`` (n,) counts the kernels a
     node launches (overhead is paid per kernel); ``launch`` ``(n, T)`` is the launch part of
-    ``compute`` (zero for measured times). A replicated stage splits each microbatch over its
-    replicas, which divides the roofline part, but every replica launches all of its kernels, so the
-    launch part is never divided (see :meth:`replicated`).
+    ``compute`` (zero for measured times), with the small-size penalty. A replicated stage splits
+    each microbatch over its replicas, which divides the roofline part, but every replica launches
+    all of its kernels, each at a smaller size, so the launch part is never divided (see
+    :meth:`replicated`).
     """
 
     graph: OpGraph
@@ -273,4 +276,13 @@ def _type_times(graph: OpGraph, topo: Topology, t: int, kernels: np.ndarray) -> 
     eff = topo.efficiency[t]
     roof = np.maximum(graph.flops / peak, graph.bytes_accessed / topo.mem_bw[t]) / eff
     launch = topo.overhead[t] * kernels
+    half = _half_efficiency_flops(topo, t)
+    if half > 0:  # efficiency F / (F + half) per kernel: a fixed (F-free) part per kernel, never divided
+        launch = launch + np.where(graph.flops > 0, kernels * half / (peak * eff), 0.0)
     return roof + launch, launch
+
+
+def _half_efficiency_flops(topo: Topology, t: int) -> float:
+    """The device type's small-size penalty (FLOPs per kernel at which it reaches half its efficiency)."""
+    name = topo.type_names[t]
+    return float(next((d.half_efficiency_flops for d in topo.body.device_types if d.name == name), 0.0))

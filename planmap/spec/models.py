@@ -220,6 +220,10 @@ class DeviceType(_Model):
     efficiency: float = Field(default=0.6, gt=0, le=1, description="Fraction of the roofline that operators "
                               "reach in practice (calibrate from a profile).")
     op_overhead: PhysicalOverhead = Field(default=0, description="Fixed time per operator (kernel launch), e.g. 5us.")
+    half_efficiency_flops: float = Field(default=0, ge=0, le=1e18, description="Small-size penalty: a kernel of F "
+                                         "FLOPs reaches efficiency x F / (F + this), i.e. takes (F + this) / (peak x "
+                                         "efficiency); the fixed part does not shrink when a stage is replicated or "
+                                         "sharded. 0: no penalty. Calibrate with bench/efficiency.py.")
     subgraph_outputs: SubgraphOutputs | None = Field(default=None, description="device-memory: consecutive "
                                                      "subgraphs on this device share data in place; host-memory: "
                                                      "each subgraph is a call whose boundary tensors go through host "
