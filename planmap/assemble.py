@@ -95,7 +95,8 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
                                where=str(spec.profile_path))
     mode = str(model.mode)
     cost = CostModel.build(coarse, topo, mode=mode, optimizer=str(model.optimizer),
-                           kernels=kernel_counts(coarse, original), master_dtype=model.master_dtype)
+                           kernels=kernel_counts(coarse, original), master_dtype=model.master_dtype,
+                           remat=body.constraints.remat)
     allowed = cost.supported.copy()
     _pins(spec, coarse, original, topo, allowed)
     bad = np.flatnonzero(~allowed.any(axis=1))

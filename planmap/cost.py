@@ -9,10 +9,12 @@ for any non-CPU kind). Transfers follow the charging rules of :mod:`planmap.clus
 transfer times of a profiled graph replace the bytes-based estimate for each paying end (the
 paper's ``c_u`` at both ends). Memory terms are per node so solvers can sum them linearly:
 parameters (times a training factor for gradients and optimizer state, and the f32 master copy of
-mixed-precision training), stashed activations per
-in-flight microbatch (training), and a per-node working set (its inputs and outputs). Under the
-graph's ``node-sizes`` memory model (:attr:`planmap.graph.OpGraph.memory_model`) the stash and the
-working set are zero: a node's size is its whole footprint, and every solver reads these columns.
+mixed-precision training), stashed activations per in-flight microbatch (training; with activation
+checkpointing ``remat`` only the values that leave a repeated layer's forward, and the layer's
+forward nodes cost twice: they run again in the backward pass), and a per-node working set (its
+inputs and outputs). Under the graph's ``node-sizes`` memory model
+(:attr:`planmap.graph.OpGraph.memory_model`) the stash and the working set are zero: a node's size is
+its whole footprint, and every solver reads these columns.
 """
 
 from __future__ import annotations
@@ -90,10 +92,11 @@ class CostModel:
     kernels: np.ndarray
     launch: np.ndarray
     master_dtype: str | None = None
+    remat: bool = False
 
     @classmethod
     def build(cls, graph: OpGraph, topology: Topology, *, mode: str = Mode.INFERENCE, optimizer: str = "adam",
-              kernels: np.ndarray | None = None, master_dtype: str | None = None) -> CostModel:
+              kernels: np.ndarray | None = None, master_dtype: str | None = None, remat: bool = False) -> CostModel:
         n, types = graph.num_nodes, len(topology.type_names)
         k = np.ones(n) if kernels is None else np.asarray(kernels, float)
         compute = np.empty((n, types))
@@ -102,7 +105,11 @@ class CostModel:
             compute[:, t], launch[:, t] = _type_times(graph, topology, t, k)
         if master_dtype is not None and master_dtype not in MASTER_DTYPES:
             raise InputError(f"master dtype {master_dtype!r} is not one of {', '.join(MASTER_DTYPES)}")
-        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch), master_dtype)
+        remat = bool(remat) and mode == Mode.TRAINING and graph.backward.any()
+        if remat:  # a layer's forward runs again in its backward: its nodes cost twice (launches too)
+            again = _recomputed(graph).astype(float)[:, None]
+            compute, launch = compute * (1.0 + again), launch * (1.0 + again)
+        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch), master_dtype, remat)
 
     @staticmethod
     def replicated(seconds, launch, replicas):
@@ -201,6 +208,8 @@ class CostModel:
         src = g.edge_src
         stashed = (src >= 0) & ~g.backward[np.maximum(src, 0)] & g.backward[g.edge_dst]
         vals = np.unique(g.edge_value[stashed])
+        if self.remat:  # only what the recomputation cannot rebuild: values leaving a layer's forward
+            vals = vals[_layer_boundary(g)[vals]]
         np.add.at(out, g.value_node[vals], g.value_bytes[vals])
         return _ro(out)
 
@@ -280,6 +289,27 @@ def _type_times(graph: OpGraph, topo: Topology, t: int, kernels: np.ndarray) -> 
     if half > 0:  # efficiency F / (F + half) per kernel: a fixed (F-free) part per kernel, never divided
         launch = launch + np.where(graph.flops > 0, kernels * half / (peak * eff), 0.0)
     return roof + launch, launch
+
+
+def _recomputed(g: OpGraph) -> np.ndarray:
+    """(n,) bool: forward nodes inside a repeated layer, which activation checkpointing runs again."""
+    return ~g.backward & (g.layer >= 0)
+
+
+def _layer_boundary(g: OpGraph) -> np.ndarray:
+    """(values,) bool: values a checkpointed forward keeps: made outside any layer (or by an argument),
+    or read by a forward node of another layer (a layer's output, the next layer's input)."""
+    keep = np.ones(g.num_values, bool)
+    made = g.value_node >= 0
+    prod = np.where(made, g.value_node, 0)
+    inside = made & ~g.backward[prod] & (g.layer[prod] >= 0)
+    keep[inside] = False
+    src = g.edge_src
+    fw_edge = (src >= 0) & ~g.backward[g.edge_dst]
+    leaves = fw_edge & (g.layer[g.edge_dst] != g.layer[np.maximum(src, 0)])
+    keep[g.edge_value[leaves]] = True
+    keep[g.results] = True
+    return keep
 
 
 def _half_efficiency_flops(topo: Topology, t: int) -> float:
