@@ -28,7 +28,7 @@ import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _stamp import header, stamp  # noqa: E402
+from _stamp import header, write_results  # noqa: E402
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -81,7 +81,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if opts.out:
-        Path(opts.out).write_text(f"# Small-size efficiency of dot_general on this CPU\n\n{stamp()}\n\n{text}\n")
+        write_results(opts.out, "Small-size efficiency of dot_general on this CPU", text)
 
 
 if __name__ == "__main__":

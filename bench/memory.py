@@ -35,7 +35,7 @@ import argparse  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _stamp import header, stamp  # noqa: E402
+from _stamp import header, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ("mlp-latency-cpu4acc", "gpt-8dev", "gpt-train-8dev", "cnn-tpu", "gpt-train-2host", "cnn-train-mixed")
@@ -128,7 +128,7 @@ def main() -> None:
     text = table(rows)
     print(text)
     if opts.out:
-        Path(opts.out).write_text(f"# Predicted vs XLA memory per stage program\n\n{stamp()}\n\n{text}\n")
+        write_results(opts.out, "Predicted vs XLA memory per stage program", text)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import argparse  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _stamp import header, stamp  # noqa: E402
+from _stamp import header, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("mlp", "mlp_train", "cnn", "cnn_train", "gpt", "gpt_train")
@@ -100,7 +100,7 @@ def main() -> None:
     text = table(rows)
     print(text)
     if opts.out:
-        Path(opts.out).write_text(f"# Predicted vs measured step time on one CPU device\n\n{stamp()}\n\n{text}\n")
+        write_results(opts.out, "Predicted vs measured step time on one CPU device", text)
 
 
 if __name__ == "__main__":
