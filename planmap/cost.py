@@ -105,7 +105,7 @@ class CostModel:
             compute[:, t], launch[:, t] = _type_times(graph, topology, t, k)
         if master_dtype is not None and master_dtype not in MASTER_DTYPES:
             raise InputError(f"master dtype {master_dtype!r} is not one of {', '.join(MASTER_DTYPES)}")
-        remat = bool(remat) and mode == Mode.TRAINING and graph.backward.any()
+        remat = bool(remat and mode == Mode.TRAINING and graph.backward.any())
         if remat:  # a layer's forward runs again in its backward: its nodes cost twice (launches too)
             again = _recomputed(graph).astype(float)[:, None]
             compute, launch = compute * (1.0 + again), launch * (1.0 + again)
