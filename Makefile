@@ -50,6 +50,9 @@ bench: $(STAMP)
 	$(PY) bench/throughput.py --quick
 	$(PY) bench/paper.py --quick
 	$(PY) bench/runtime.py --steps 3
+	$(PY) bench/memory.py
+	$(PY) bench/profile.py --models mlp,cnn
+	$(PY) bench/efficiency.py
 
 # Reliability fuzzer (issue 18): mutated specs, clusters, plans, op-graph JSON and artifacts for DURATION seconds.
 DURATION ?= 600

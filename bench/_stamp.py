@@ -18,7 +18,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-__all__ = ["LIBRARIES", "stamp", "header", "git_commit", "cpu_model"]
+__all__ = ["LIBRARIES", "stamp", "header", "git_commit", "cpu_model", "write_results"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,6 +91,16 @@ def header(s: dict | None = None) -> str:
     cpu = f"{m['cpu']}, " if m["cpu"] else ""
     return (f"planmap {s['planmap']} at commit {s['commit']}; {versions}\n"
             f"machine: {m['platform']} ({cpu}{m['cores']} cores)")
+
+
+def write_results(path: str | Path, title: str, text: str) -> Path:
+    """Write a results file (title, stamp, table) and keep the hand-written notes of the file it
+    replaces: everything from its first "## Reading" heading on."""
+    p = Path(path)
+    old = p.read_text() if p.exists() else ""
+    notes = old[old.index("\n## Reading"):] if "\n## Reading" in old else ""
+    p.write_text(f"# {title}\n\n{stamp()}\n\n{text}\n{notes}")
+    return p
 
 
 if __name__ == "__main__":

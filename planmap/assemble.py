@@ -88,9 +88,15 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
         spec.model_path, format=str(model.format), arguments=model.arguments, entry=model.entry,
         loop_trip_count=model.loop_trip_count)
     coarse = _coarsen(frontend, original, str(body.constraints.coarsening), topo)
+    if getattr(spec, "profile_path", None) is not None:
+        from planmap.profile import apply_profile, file_sha256, load_profile
+
+        coarse = apply_profile(coarse, original, load_profile(spec.profile_path), file_sha256(spec.model_path),
+                               where=str(spec.profile_path))
     mode = str(model.mode)
     cost = CostModel.build(coarse, topo, mode=mode, optimizer=str(model.optimizer),
-                           kernels=kernel_counts(coarse, original))
+                           kernels=kernel_counts(coarse, original), master_dtype=model.master_dtype,
+                           remat=body.constraints.remat)
     allowed = cost.supported.copy()
     _pins(spec, coarse, original, topo, allowed)
     bad = np.flatnonzero(~allowed.any(axis=1))

@@ -1,15 +1,20 @@
 """``CostModel``: seconds and bytes for every node, transfer and collective of one graph on one cluster.
 
 Compute time per node and device type is a roofline, ``max(FLOPs / peak[dtype], bytes / bandwidth)
-/ efficiency + overhead per kernel``, vectorised over all nodes of a type at once; profiled graphs
+/ efficiency + overhead per kernel`` (plus, with a small-size penalty ``halfEfficiencyFlops`` h, a
+fixed ``h / (peak x efficiency)`` per kernel: efficiency F / (F + h) for a kernel of F FLOPs),
+vectorised over all nodes of a type at once; profiled graphs
 use their measured times instead (looked up by device type name, then kind, then "accelerator"
 for any non-CPU kind). Transfers follow the charging rules of :mod:`planmap.cluster`; measured
 transfer times of a profiled graph replace the bytes-based estimate for each paying end (the
 paper's ``c_u`` at both ends). Memory terms are per node so solvers can sum them linearly:
-parameters (times a training factor for gradients and optimizer state), stashed activations per
-in-flight microbatch (training), and a per-node working set (its inputs and outputs). Under the
-graph's ``node-sizes`` memory model (:attr:`planmap.graph.OpGraph.memory_model`) the stash and the
-working set are zero: a node's size is its whole footprint, and every solver reads these columns.
+parameters (times a training factor for gradients and optimizer state, and the f32 master copy of
+mixed-precision training), stashed activations per in-flight microbatch (training; with activation
+checkpointing ``remat`` only the values that leave a repeated layer's forward, and the layer's
+forward nodes cost twice: they run again in the backward pass), and a per-node working set (its
+inputs and outputs). Under the graph's ``node-sizes`` memory model
+(:attr:`planmap.graph.OpGraph.memory_model`) the stash and the working set are zero: a node's size is
+its whole footprint, and every solver reads these columns.
 """
 
 from __future__ import annotations
@@ -26,15 +31,39 @@ from planmap.errors import InputError
 from planmap.graph import OpGraph
 from planmap.vocabulary import MemoryModel, Mode
 
-__all__ = ["CostModel", "OPTIMIZER_STATES", "param_memory_factor"]
+__all__ = ["CostModel", "OPTIMIZER_STATES", "MASTER_DTYPES", "param_memory_factor", "mixed_precision_factor"]
 
 # Optimizer state kept per parameter element, in parameter-sized copies.
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 
+# Bytes per element of the floating-point types a master copy may be kept in.
+MASTER_DTYPES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2}
+
+
 def param_memory_factor(mode: str, optimizer: str) -> float:
     """Bytes held per parameter byte: the weights (inference), plus gradients and optimizer state."""
     return 1.0 if mode == Mode.INFERENCE else 2.0 + OPTIMIZER_STATES[optimizer]
+
+
+def mixed_precision_factor(graph: OpGraph, optimizer: str, master_dtype: str) -> float:
+    """Bytes held per parameter byte in training with a master copy in ``master_dtype`` (mixed
+    precision: bf16 weights and gradients, f32 master weights and optimizer state). A parameter
+    narrower than the master type adds its master copy; every parameter's optimizer state is kept in
+    the master type. One factor for the model (solvers scale parameter bytes by one number): exact
+    in total, and per parameter when all parameters share one dtype."""
+    size = MASTER_DTYPES[master_dtype]
+    states = OPTIMIZER_STATES[optimizer]
+    held = stored = 0.0
+    for a in graph.args:
+        if a.role != "param":
+            continue
+        nbytes = float(graph.value_bytes[a.value])
+        elems = float(np.prod(a.type.shape)) if a.type.shape else 1.0
+        master = elems * size
+        held += 2.0 * nbytes + states * master + (master if nbytes < master else 0.0)
+        stored += nbytes
+    return held / stored if stored else param_memory_factor(Mode.TRAINING, optimizer)
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -49,9 +78,10 @@ class CostModel:
     ``compute`` is ``(n, T)`` seconds per node and device type (``inf`` where a node cannot run on
     that type); ``device_compute`` expands it to ``(n, D)``. ``kernels`` (n,) counts the kernels a
     node launches (overhead is paid per kernel); ``launch`` ``(n, T)`` is the launch part of
-    ``compute`` (zero for measured times). A replicated stage splits each microbatch over its
-    replicas, which divides the roofline part, but every replica launches all of its kernels, so the
-    launch part is never divided (see :meth:`replicated`).
+    ``compute`` (zero for measured times), with the small-size penalty. A replicated stage splits
+    each microbatch over its replicas, which divides the roofline part, but every replica launches
+    all of its kernels, each at a smaller size, so the launch part is never divided (see
+    :meth:`replicated`).
     """
 
     graph: OpGraph
@@ -61,17 +91,25 @@ class CostModel:
     compute: np.ndarray
     kernels: np.ndarray
     launch: np.ndarray
+    master_dtype: str | None = None
+    remat: bool = False
 
     @classmethod
     def build(cls, graph: OpGraph, topology: Topology, *, mode: str = Mode.INFERENCE, optimizer: str = "adam",
-              kernels: np.ndarray | None = None) -> CostModel:
+              kernels: np.ndarray | None = None, master_dtype: str | None = None, remat: bool = False) -> CostModel:
         n, types = graph.num_nodes, len(topology.type_names)
         k = np.ones(n) if kernels is None else np.asarray(kernels, float)
         compute = np.empty((n, types))
         launch = np.zeros((n, types))
         for t in range(types):
             compute[:, t], launch[:, t] = _type_times(graph, topology, t, k)
-        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch))
+        if master_dtype is not None and master_dtype not in MASTER_DTYPES:
+            raise InputError(f"master dtype {master_dtype!r} is not one of {', '.join(MASTER_DTYPES)}")
+        remat = bool(remat and mode == Mode.TRAINING and graph.backward.any())
+        if remat:  # a layer's forward runs again in its backward: its nodes cost twice (launches too)
+            again = _recomputed(graph).astype(float)[:, None]
+            compute, launch = compute * (1.0 + again), launch * (1.0 + again)
+        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch), master_dtype, remat)
 
     @staticmethod
     def replicated(seconds, launch, replicas):
@@ -143,9 +181,12 @@ class CostModel:
         return _ro(np.where(np.isnan(measured), lat + self.graph.value_bytes * ibw, measured))
 
     # ------------------------------------------------------------------------------- memory
-    @property
+    @cached_property
     def param_factor(self) -> float:
-        return param_memory_factor(self.mode, self.optimizer)
+        """Bytes held per parameter byte (see :func:`param_memory_factor`, :func:`mixed_precision_factor`)."""
+        if self.master_dtype is None or self.mode == Mode.INFERENCE:
+            return param_memory_factor(self.mode, self.optimizer)
+        return mixed_precision_factor(self.graph, self.optimizer, self.master_dtype)
 
     @cached_property
     def param_use(self) -> tuple[np.ndarray, np.ndarray]:
@@ -167,6 +208,8 @@ class CostModel:
         src = g.edge_src
         stashed = (src >= 0) & ~g.backward[np.maximum(src, 0)] & g.backward[g.edge_dst]
         vals = np.unique(g.edge_value[stashed])
+        if self.remat:  # only what the recomputation cannot rebuild: values leaving a layer's forward
+            vals = vals[_layer_boundary(g)[vals]]
         np.add.at(out, g.value_node[vals], g.value_bytes[vals])
         return _ro(out)
 
@@ -182,6 +225,43 @@ class CostModel:
         if len(reads):
             np.add.at(ws, reads.consumer_group, g.value_bytes[reads.value])
         return _ro(ws)
+
+    def program_bytes(self, group_of: np.ndarray, k: int) -> dict[str, float]:
+        """Bytes one microbatch of group ``k``'s program holds at its peak, by liveness (per device,
+        unsharded): ``params`` it reads, ``inputs`` (data arguments and crossing values it receives),
+        ``outputs`` (values others read, and results), and ``temp``, the most bytes of its other
+        values alive at once when its nodes run in id order (a value lives from its node to its last
+        reader in the group). This is what XLA's ``memory_analysis()`` reports for the compiled stage
+        (arguments + outputs + temporaries) and what ``bench/memory.py`` compares; the solvers' linear
+        terms (:attr:`stash_bytes`, :attr:`working_set`) approximate it per node."""
+        g = self.graph
+        group_of = np.asarray(group_of, np.int64)
+        mine = group_of == k
+        src, val, dst = g.edge_src.astype(np.int64), g.edge_value.astype(np.int64), g.edge_dst.astype(np.int64)
+        into = mine[dst]
+        is_param = np.zeros(g.num_values, bool)
+        is_param[g.param_values] = True
+        read = np.unique(val[into & (src < 0)])
+        params = float(g.value_bytes[read[is_param[read]]].sum())
+        received = np.unique(val[into & (src >= 0) & ~mine[np.maximum(src, 0)]])
+        inputs = float(g.value_bytes[read[~is_param[read]]].sum() + g.value_bytes[received].sum())
+        produced = np.flatnonzero((g.value_node >= 0) & mine[np.maximum(g.value_node, 0)])
+        leaves = np.zeros(g.num_values, bool)
+        leaves[val[(src >= 0) & mine[np.maximum(src, 0)] & ~into]] = True
+        leaves[g.results] = True
+        out = produced[leaves[produced]]
+        internal = produced[~leaves[produced]]
+        temp = 0.0
+        if len(internal):
+            last = np.full(g.num_values, -1, np.int64)
+            np.maximum.at(last, val[into], dst[into])
+            start = g.value_node[internal].astype(np.int64)
+            end = np.maximum(last[internal], start)
+            delta = np.zeros(g.num_nodes + 1)
+            np.add.at(delta, start, g.value_bytes[internal].astype(float))
+            np.add.at(delta, end + 1, -g.value_bytes[internal].astype(float))
+            temp = float(np.cumsum(delta).max())
+        return {"params": params, "inputs": inputs, "outputs": float(g.value_bytes[out].sum()), "temp": temp}
 
     # ------------------------------------------------------------------------- collectives
     def allreduce(self, nbytes: float, devices) -> float:
@@ -205,4 +285,34 @@ def _type_times(graph: OpGraph, topo: Topology, t: int, kernels: np.ndarray) -> 
     eff = topo.efficiency[t]
     roof = np.maximum(graph.flops / peak, graph.bytes_accessed / topo.mem_bw[t]) / eff
     launch = topo.overhead[t] * kernels
+    half = _half_efficiency_flops(topo, t)
+    if half > 0:  # efficiency F / (F + half) per kernel: a fixed (F-free) part per kernel, never divided
+        launch = launch + np.where(graph.flops > 0, kernels * half / (peak * eff), 0.0)
     return roof + launch, launch
+
+
+def _recomputed(g: OpGraph) -> np.ndarray:
+    """(n,) bool: forward nodes inside a repeated layer, which activation checkpointing runs again."""
+    return ~g.backward & (g.layer >= 0)
+
+
+def _layer_boundary(g: OpGraph) -> np.ndarray:
+    """(values,) bool: values a checkpointed forward keeps: made outside any layer (or by an argument),
+    or read by a forward node of another layer (a layer's output, the next layer's input)."""
+    keep = np.ones(g.num_values, bool)
+    made = g.value_node >= 0
+    prod = np.where(made, g.value_node, 0)
+    inside = made & ~g.backward[prod] & (g.layer[prod] >= 0)
+    keep[inside] = False
+    src = g.edge_src
+    fw_edge = (src >= 0) & ~g.backward[g.edge_dst]
+    leaves = fw_edge & (g.layer[g.edge_dst] != g.layer[np.maximum(src, 0)])
+    keep[g.edge_value[leaves]] = True
+    keep[g.results] = True
+    return keep
+
+
+def _half_efficiency_flops(topo: Topology, t: int) -> float:
+    """The device type's small-size penalty (FLOPs per kernel at which it reaches half its efficiency)."""
+    name = topo.type_names[t]
+    return float(next((d.half_efficiency_flops for d in topo.body.device_types if d.name == name), 0.0))

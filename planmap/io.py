@@ -36,7 +36,7 @@ LIMITS: dict[str, tuple[int, str]] = {
 }
 _CHUNK = _MiB
 # a plan input's role -> the kind its file is read as
-INPUT_KINDS = {"spec": "spec", "cluster": "cluster", "model": "artifact"}
+INPUT_KINDS = {"spec": "spec", "cluster": "cluster", "model": "artifact", "profile": "artifact"}
 
 
 class InputLimitError(InputError):

@@ -35,6 +35,7 @@ _COMMAND_MODULES = (
     "planmap.cli.review_cmds",
     "planmap.cli.run_cmds",
     "planmap.cli.agent_cmds",
+    "planmap.cli.profile_cmds",
 )
 
 

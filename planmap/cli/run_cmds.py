@@ -73,15 +73,19 @@ def run(
     doc = exe.plan
     table = Table(title=f"{doc.name}: {doc.objective.kind} plan, {doc.mode}, schedule {doc.schedule.kind} "
                         f"x {doc.schedule.microbatches} microbatches")
-    for col in ("stage", "devices", "mesh", "segments", "ops", "compile s", "busy ms/step"):
+    for col in ("stage", "devices", "mesh", "segments", "ops", "compile s", "busy ms/step", "predicted ms/step"):
         table.add_column(col, justify="right" if col not in ("devices", "mesh") else "left")
     segs = exe.stage_segments()
+    # predicted busy time on the plan's cluster: per step (latency) or per microbatch (pipelines)
+    per_step = 1 if str(doc.objective.kind) == "latency" else doc.schedule.microbatches
+    load = {d.device: d.load_ns * per_step for d in doc.predicted.devices}
     for st in doc.stages:
         mine = segs[st.id]
         mesh = " x ".join(f"{n}={s}" for n, s in mine[0].mesh.axes) if mine else "-"
         table.add_row(str(st.id), _devices(st.devices), mesh, str(len(mine)),
                       str(sum(b - a for a, b in st.ops)), f"{sum(s.compile_seconds for s in mine):.2f}",
-                      f"{stage_times[st.id] * 1e3:.2f}")
+                      f"{stage_times[st.id] * 1e3:.2f}",
+                      f"{load[st.devices[0]] / 1e6:.3f}" if st.devices[0] in load else "-")
     console.print(table)
     console.print(f"step time (median of {steps}): {statistics.median(step_times) * 1e3:.2f} ms; "
                   f"compile {exe.compile_seconds:.2f} s; {len(exe.segments)} segment(s) on "

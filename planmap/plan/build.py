@@ -82,6 +82,9 @@ def _inputs(spec: Any, plan_dir: Path) -> list[PlanInput]:
     if spec.cluster_path is not None:
         items.append(("cluster", spec.cluster_path))
     items.append(("model", spec.model_path))
+    profile = getattr(spec, "profile_path", None)  # a spec-like object without cost.profile has none
+    if profile is not None:
+        items.append(("profile", profile))
     return [plan_input(r, p, plan_dir) for r, p in items]
 
 

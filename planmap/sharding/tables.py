@@ -171,7 +171,7 @@ class ShardingTables:
         cost = CostModel.build(graph, topology, mode=mode, optimizer=optimizer, kernels=kernels)
         t = int(topology.device_type[mesh.devices[0]])
         if op_costs is None:
-            launch = topology.overhead[t] * cost.kernels
+            launch = np.maximum(cost.launch[:, t], topology.overhead[t] * cost.kernels)  # with the size penalty
             roofline = np.maximum(cost.compute[:, t] - launch, 0.0)
         else:
             roofline, launch = (np.asarray(x, float) for x in op_costs)
@@ -375,8 +375,10 @@ def fused_op_costs(problem: Any, device_type: int, kernels: np.ndarray) -> tuple
     anchor, work = kernel_roles(original)
     over = problem.topology.overhead[device_type]
     own = CostModel.build(original, problem.topology, mode=problem.mode, optimizer=cost.optimizer, kernels=kernels)
-    own_roof = np.maximum(own.compute[:, device_type] - over * own.kernels, 0.0)
-    node_launch = over * cost.kernels
+    # the undivided part: launches (measured times: the overhead's share) and the small-size penalty
+    own_fixed = np.maximum(own.launch[:, device_type], over * own.kernels)
+    own_roof = np.maximum(own.compute[:, device_type] - own_fixed, 0.0)
+    node_launch = np.maximum(cost.launch[:, device_type], over * cost.kernels)
     node_roof = np.maximum(cost.compute[:, device_type] - node_launch, 0.0)
     roofline, launch = np.zeros(original.num_nodes), np.zeros(original.num_nodes)
     for i in range(g.num_nodes):

@@ -50,6 +50,12 @@ class LoadedSpec:
     def model_path(self) -> Path:
         return (self.path.parent / self.document.spec.model.source).resolve()
 
+    @property
+    def profile_path(self) -> Path | None:
+        """The ``cost.profile`` file (absolute), or None."""
+        ref = self.document.spec.cost.profile
+        return None if ref is None else (self.path.parent / ref).resolve()
+
     def __repr__(self) -> str:
         return f"LoadedSpec({self.document.metadata.name!r}, path={str(self.path)!r})"
 

@@ -220,6 +220,10 @@ class DeviceType(_Model):
     efficiency: float = Field(default=0.6, gt=0, le=1, description="Fraction of the roofline that operators "
                               "reach in practice (calibrate from a profile).")
     op_overhead: PhysicalOverhead = Field(default=0, description="Fixed time per operator (kernel launch), e.g. 5us.")
+    half_efficiency_flops: float = Field(default=0, ge=0, le=1e18, description="Small-size penalty: a kernel of F "
+                                         "FLOPs reaches efficiency x F / (F + this), i.e. takes (F + this) / (peak x "
+                                         "efficiency); the fixed part does not shrink when a stage is replicated or "
+                                         "sharded. 0: no penalty. Calibrate with bench/efficiency.py.")
     subgraph_outputs: SubgraphOutputs | None = Field(default=None, description="device-memory: consecutive "
                                                      "subgraphs on this device share data in place; host-memory: "
                                                      "each subgraph is a call whose boundary tensors go through host "
@@ -390,6 +394,10 @@ class ModelSource(_Model):
                                             "which are parameters. Default: from JAX argument names "
                                             "(params/weights are parameters), else the first is data.")
     optimizer: Optimizer = Field(default=Optimizer.ADAM, description="Optimizer state kept in training.")
+    master_dtype: Literal["f32", "f64", "bf16", "f16"] | None = Field(
+        default=None, description="Mixed-precision training: the dtype of the master weights and the optimizer "
+        "state (e.g. f32 for bf16 parameters); a parameter narrower than it also keeps a master copy. "
+        "Default: no master copy, optimizer state in the parameter dtype.")
     loop_trip_count: int = Field(default=1, ge=1, description="Trip count assumed for while loops whose bound "
                                  "is not static.")
 
@@ -487,6 +495,9 @@ class Constraints(_Model):
                                           "device may run one after another (non-contiguous placement).")
     max_stages: int | None = Field(default=None, ge=1, description="Upper bound on pipeline stages.")
     memory_headroom: Fraction = Field(default=0.1, description="Share of each device's memory kept free.")
+    remat: bool = Field(default=False, description="Activation checkpointing (training): keep only the activations "
+                        "that leave each repeated layer, and run the layer's forward again in its backward "
+                        "(its forward nodes cost twice). Layers come from the model's repeated structure.")
     schedule: Schedule = Field(default=Schedule.AUTO, description="Pipeline schedule: gpipe, 1f1b or auto "
                                "(1f1b in training, gpipe in inference).")
     replication: Replication = Field(default=Replication.FORBID, description="allow: a pipeline stage may be "
@@ -503,6 +514,21 @@ class Constraints(_Model):
         return self
 
 
+class CostConfig(_Model):
+    profile: str | None = Field(default=None, description="Profile file written by `planmap profile` for this "
+                                "model (path relative to this file): measured node times replace the roofline "
+                                "on devices of the profiled kind; its sha256 is a plan input.")
+
+    @field_validator("profile")
+    @classmethod
+    def _exists(cls, v: str | None, info: ValidationInfo):
+        base = (info.context or {}).get("base_dir")
+        if v is not None and base is not None and not is_regular_file(Path(base) / v):
+            raise PydanticCustomError("file-not-found", f"profile {v!r} does not exist (looked in {Path(base)})",
+                                      {"got": v, "expected": "a path relative to the spec file"})
+        return v
+
+
 # ------------------------------------------------------------------------------------ planspec
 class PlanSpecBody(_Model):
     model: ModelSource = Field(description="The model artifact and how it is run.")
@@ -514,6 +540,7 @@ class PlanSpecBody(_Model):
     objective: Objective = Field(description="What the plan optimises.")
     solver: SolverConfig = Field(default_factory=SolverConfig, description="How the plan is searched for.")
     constraints: Constraints = Field(default_factory=Constraints, description="Restrictions on the plan.")
+    cost: CostConfig = Field(default_factory=CostConfig, description="Calibration of the cost model.")
 
     @model_validator(mode="after")
     def _check(self) -> PlanSpecBody:

@@ -94,3 +94,26 @@ def test_replicated_stage_keeps_each_replicas_launch_floor(problem):
         assert ev.objective == pytest.approx((whole - floor) / r + floor)
         times.append(ev.objective)
     assert times == sorted(times, reverse=True) and times[-1] >= floor
+
+
+@pytest.mark.parametrize("replicas", [1, 8])
+def test_spmd_launches_are_counted_as_the_pipeline_counts_them(problem, replicas):
+    """An SPMD layout pays each fused node's kernel launches once per device, undivided, exactly the
+    pipeline model's launch floor; only the roofline part shrinks with the per-device batch."""
+    from planmap.kernels import kernel_counts
+    from planmap.sharding import LogicalMesh, evaluate_spmd, propagate, tables_for
+    from planmap.sharding.tables import fused_op_costs
+
+    floor = problem.cost.device_launch[:, 0].sum()
+    whole = problem.cost.device_compute[:, 0].sum()
+    roof, launch = fused_op_costs(problem, 0, kernel_counts(problem.original, problem.original))
+    assert launch.sum() == pytest.approx(floor) and roof.sum() + launch.sum() == pytest.approx(whole)
+    t = tables_for(problem, LogicalMesh.build(problem.topology, (replicas,), range(replicas)))
+    x = next(a.value for a in t.graph.args if a.role == "data")
+    ev = evaluate_spmd(t, propagate(t, {x: ((0,), ())} if replicas > 1 else {}))
+    divided = sum(roof[i] / t.sets[i].divisor[ev.choice[i]] for i in range(t.num_ops))
+    assert ev.compute == pytest.approx(divided + floor)
+    if replicas == 1:
+        assert ev.compute == pytest.approx(whole)
+    else:  # never below the replicated pipeline stage's time: that divides every op's roofline
+        assert (whole - floor) / replicas + floor <= ev.compute * (1 + 1e-9) and ev.compute < whole

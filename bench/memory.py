@@ -1,0 +1,135 @@
+#!/usr/bin/env python
+"""Predicted memory vs XLA: per example spec and per stage of its golden plan, planmap's per-device
+memory terms against ``compiled.memory_analysis()`` of the programs the runtime compiles for it.
+
+Usage: python bench/memory.py [--specs gpt-8dev,...] [--out bench/results/memory.md]
+
+What is compared. XLA sees one stage program per segment (a training stage has a forward and a
+backward segment), for one microbatch, with the weights as arguments; the optimizer state and the
+activations of other in-flight microbatches live outside it. So the table compares the *program*
+footprint, for one microbatch on one device of the stage:
+
+- live: :meth:`planmap.cost.CostModel.program_bytes`, the parameters the stage reads, the data and
+  crossing values it receives, the values it sends (and results), and the peak of its other values
+  alive at once (liveness over its nodes);
+- linear: what the evaluator and the solvers add up for the same microbatch (weights, plus gradients
+  in training, node state, the stash of one microbatch, the largest single-node working set);
+- XLA: the largest ``argument + output + temp - alias`` over the stage's segments (segments of one
+  stage run one after another), and the generated code size alongside (zero on CPU).
+
+The per-device totals the plans record add the same terms on both sides (optimizer state:
+``(factor - 2) x parameters``; other in-flight microbatches: ``stash x (in_flight - 1)``), so the
+ratio of the program footprints is what the model gets right or wrong. On a GPU, XLA's temp also
+holds cuBLAS/cuDNN workspaces and its allocator rounds buffers, so the GPU ratio reads a few percent
+higher; the CPU compiler's buffer assignment is otherwise the same algorithm (heap simulation).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=16")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import argparse  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from _stamp import header, write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ("mlp-latency-cpu4acc", "gpt-8dev", "gpt-train-8dev", "cnn-tpu", "gpt-train-2host", "cnn-train-mixed")
+
+
+def predicted_program(problem, solution, k: int) -> dict[str, float]:
+    """Both predictions for one microbatch of stage ``k`` on one of its devices: ``linear`` (the
+    evaluator's terms: weights (and gradients in training) + state + stash + largest working set) and
+    ``live`` (:meth:`planmap.cost.CostModel.program_bytes`: params + inputs + outputs + peak temp)."""
+    from planmap.vocabulary import Mode
+
+    g, cost = problem.graph, problem.cost
+    group_of = np.asarray(solution.assignment, np.int64)
+    mine = group_of == k
+    live = cost.program_bytes(group_of, k)
+    grads = live["params"] if problem.mode is Mode.TRAINING else 0.0
+    linear = (live["params"] + grads + float(g.state_bytes[mine].sum()) + float(cost.stash_bytes[mine].sum())
+              + float(cost.working_set[mine].max(initial=0)))
+    return {**live, "linear": linear, "live": sum(live.values())}
+
+
+def measured_program(exe, k: int) -> dict[str, float]:
+    """XLA's largest program footprint over the segments of stage ``k`` (per device)."""
+    best: dict[str, float] = {"total": 0.0}
+    for seg in exe.segments:
+        if seg.stage != k:
+            continue
+        m = seg.fn.memory_analysis()
+        total = m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+        if total > best["total"]:
+            best = {"total": float(total), "args": m.argument_size_in_bytes, "out": m.output_size_in_bytes,
+                    "temp": m.temp_size_in_bytes, "code": m.generated_code_size_in_bytes}
+    return best
+
+
+def compare(name: str) -> list[dict]:
+    import planmap.runtime as rt
+    from planmap.assemble import build_problem
+    from planmap.plan import files
+    from planmap.plan.build import to_solution
+    from planmap.spec import load_spec
+
+    plan = ROOT / "plans" / f"{name}.plan.yaml"
+    problem = build_problem(load_spec(ROOT / "specs" / f"{name}.yaml"))
+    solution = to_solution(problem, files.load(plan).document)
+    exe = rt.load(plan, unchecked=True)
+    rows = []
+    for k, st in enumerate(solution.stages):
+        pred = predicted_program(problem, solution, k)
+        xla = measured_program(exe, k)
+        rows.append({"spec": name, "stage": k, "devices": len(st.devices), **{f"p_{a}": b for a, b in pred.items()},
+                     **{f"x_{a}": b for a, b in xla.items()},
+                     "r_linear": pred["linear"] / xla["total"], "r_live": pred["live"] / xla["total"]})
+    return rows
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:.2f}"
+
+
+def table(rows: list[dict]) -> str:
+    cols = ("spec", "stage", "dev", "params", "inputs", "outputs", "temp", "live MiB", "linear MiB",
+            "XLA args", "XLA out", "XLA temp", "XLA MiB", "live / XLA", "linear / XLA")
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = [r["spec"], str(r["stage"]), str(r["devices"])]
+        cells += [_mib(r[f"p_{c}"]) for c in ("params", "inputs", "outputs", "temp", "live", "linear")]
+        cells += [_mib(r[f"x_{c}"]) for c in ("args", "out", "temp", "total")]
+        cells += [f"{r['r_live']:.3f}", f"{r['r_linear']:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for key, what in (("r_live", "liveness model"), ("r_linear", "linear (solver) terms")):
+        ratios = np.array([r[key] for r in rows])
+        lines.append(f"- {what}: {len(rows)} stages, predicted / XLA median {np.median(ratios):.3f}, "
+                     f"min {ratios.min():.3f}, max {ratios.max():.3f}, "
+                     f"worst |ratio - 1| {np.abs(ratios - 1).max():.3f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--specs", default=",".join(SPECS))
+    parser.add_argument("--out", default=None, help="write the markdown table here (e.g. bench/results/memory.md)")
+    opts = parser.parse_args()
+    print(header() + "\n", flush=True)
+    rows = []
+    for name in opts.specs.split(","):
+        rows += compare(name)
+        print(f"{name}: done", flush=True)
+    text = table(rows)
+    print(text)
+    if opts.out:
+        write_results(opts.out, "Predicted vs XLA memory per stage program", text)
+
+
+if __name__ == "__main__":
+    main()
