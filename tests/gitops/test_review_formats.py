@@ -77,7 +77,7 @@ def test_piped_text_is_not_cut(pair, planmap_exe):
 def test_check_json_and_github_for_ok_stale_and_broken_plans(root, pair, capsys):
     old, new = pair
     broken = new.parent / "broken.plan.yaml"
-    broken.write_text(old.read_text().replace("status: optimal", "status: time_limit"))
+    broken.write_text(old.read_text().replace("status: heuristic", "status: time_limit"))
     new.unlink()
     assert main(["check", "--format", "json", str(old), str(broken), str(new)]) == 1
     results = json.loads(capsys.readouterr().out)
