@@ -121,12 +121,17 @@ def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
     """
     names = _tf_numbered_layers(names) or names
     cache: dict[str, StackInfo] = {}
+    whole: dict[str, StackInfo] = {}
     infos = []
     for nm in names:
         cut = nm.rfind("/")
         last = nm[cut + 1:]
         if cut < 0 or ("(" in last and last.count("(") != last.count(")")):
-            infos.append(parse_stack(nm))  # no scopes, or a '/' inside parentheses: parse it whole
+            # no scopes, or a '/' inside parentheses: parse it whole (text without locations: all alike)
+            info = whole.get(nm)
+            if info is None:
+                info = whole[nm] = parse_stack(nm)
+            infos.append(info)
             continue
         prefix = nm[:cut]
         info = cache.get(prefix)
