@@ -13,6 +13,7 @@ import pytest
 
 from planmap.cli import main
 
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = "specs/mlp-latency-cpu4acc.yaml"
 CLUSTER = "specs/clusters/cpu-4acc-pcie.yaml"
 PLAN = "plans/mlp-latency-cpu4acc.plan.yaml"
@@ -130,3 +131,18 @@ def test_physical_range_is_reported_at_the_value(work, capsys):
     out = "".join(capsys.readouterr())
     assert re.search(r"clusters/bw\.yaml:\d+:\d+: error\[range\]: .*bandwidth: bandwidth 0 B/s is outside the "
                      r"physical range \(expected 1 kB/s to 100 PB/s\)", out), out
+
+
+def test_plan_input_hashes_both_ways_from_one_read(tmp_path):
+    """A spec or cluster input's byte hash and canonical hash come from one read of the file, and equal
+    what the staleness check recomputes from the file later."""
+    from planmap.io import sha256_input
+    from planmap.plan.build import plan_input
+    from planmap.plan.canonical import canonical_sha256
+
+    spec = tmp_path / "s.yaml"
+    spec.write_bytes((ROOT / "specs" / "clusters" / "h100-1x8.yaml").read_bytes() + b"# a comment\n")
+    got = plan_input("cluster", spec, tmp_path)
+    assert got.sha256 == sha256_input(spec, "cluster")
+    assert got.canonical_sha256 == canonical_sha256(spec)
+    assert got.canonical_sha256 == canonical_sha256(ROOT / "specs" / "clusters" / "h100-1x8.yaml")  # meaning only
