@@ -42,6 +42,8 @@ __all__ = ["PipelineDP", "DPResult", "DPTimeout", "to_solution"]
 class DPTimeout(PlanmapError):
     """The DP ran past its deadline."""
 
+    code = "time-limit"
+
 
 @dataclass(frozen=True)
 class DPResult:
