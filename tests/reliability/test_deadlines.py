@@ -100,3 +100,14 @@ def test_lazy_rows_read_the_same_values_as_the_matrix():
     rows = LazyRows(m)
     assert [rows[a][b] for a in range(3) for b in range(4)] == m.ravel().tolist() and len(rows) == 3
     assert rows[1] is rows[1]  # converted once
+
+
+def test_dp_past_its_deadline_answers_the_best_known_plan_as_time_limit():
+    from planmap import solvers
+
+    g = random_dag(30, seed=5)
+    topo = paper_topology(4, 1, memory=float(g.state_bytes.sum()))
+    p = Problem.from_graph(g, topo, objective="throughput", contiguous=True, microbatches=4)
+    sol = solvers.get("dp").solve(p, SolveOptions(time_limit=1e-9))
+    assert sol.certificate.status is Status.TIME_LIMIT and "best known plan" in sol.certificate.message
+    assert evaluate(p, sol).feasible
