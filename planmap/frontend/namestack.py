@@ -176,18 +176,17 @@ def _tf_numbered_layers(names) -> list[str] | None:
     shared by at least two op types."""
     if any("/" in nm or "(" in nm for nm in names):
         return None
-    index: list[int | None] = []
+    number: dict[str, int | None] = {}  # per distinct name (text without locations repeats one name)
     stems_of: dict[int, set[str]] = {}
-    for nm in names:
+    for nm in dict.fromkeys(names):
         m = _TF_NUMBERED_RE.match(nm)
-        k = int(m.group(2) or 0) if m else None
-        index.append(k)
+        k = number[nm] = int(m.group(2) or 0) if m else None
         if m and k is not None:
             stems_of.setdefault(k, set()).add(m.group(1))
     shared = {k for k, stems in stems_of.items() if len(stems) >= 2}
     if len(shared) < 2:
         return None
-    return [f"layer{k}/{nm}" if k in shared else nm for nm, k in zip(names, index, strict=True)]
+    return [f"layer{k}/{nm}" if (k := number[nm]) in shared else nm for nm in names]
 
 
 def _first_forward_order(group: np.ndarray, backward: np.ndarray, n_groups: int) -> list[int]:
