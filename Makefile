@@ -57,7 +57,7 @@ bench: $(STAMP)
 # Reliability fuzzer (issue 18): mutated specs, clusters, plans, op-graph JSON and artifacts for DURATION seconds.
 DURATION ?= 600
 fuzz: $(STAMP)
-	$(PY) tools/fuzz.py --duration $(DURATION)
+	$(PY) tools/fuzz.py --duration $(DURATION) $(if $(JOBS),--jobs $(JOBS))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check planmap solvers runtime tests bench tools

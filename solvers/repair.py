@@ -289,14 +289,20 @@ def follow_colocation(problem: Problem, device_of: np.ndarray, decided: np.ndarr
     return dev
 
 
-def single_device(problem: Problem, certificate: Certificate) -> tuple[Solution, Evaluation]:
+def single_device(problem: Problem, certificate: Certificate,
+                  deadline: float | None = None) -> tuple[Solution, Evaluation]:
     """Everything on one accelerator (the ``single`` baseline, and :func:`fallback`'s last resort): the
     fastest whose memory holds the whole model, else the fastest; a CPU only in a cluster without
-    accelerators. Raises InfeasibleError when no such device can run every operator."""
+    accelerators. Raises InfeasibleError when no such device can run every operator.
+
+    Each candidate costs one evaluation; past ``deadline`` (``time.perf_counter()``) the best one
+    evaluated so far is the answer (thousands of devices would otherwise outlast the time limit)."""
     topo = problem.topology
     best = None
     candidates = list(topo.accelerators) if len(topo.accelerators) else list(topo.cpus)
     for d in candidates:
+        if best is not None and deadline is not None and time.perf_counter() > deadline:
+            break
         if not problem.allowed[:, d].all():
             continue
         sol = Solution.from_devices(problem, np.full(problem.graph.num_nodes, d, np.int32), certificate,
@@ -320,7 +326,8 @@ def fallback(problem: Problem, sol: Solution, ev, certificate: Certificate, opti
     fixed = solution_from_devices(problem, repair(problem, supported(problem, sol.node_device())), certificate)
     found.append((fixed, evaluate(problem, fixed)))
     with contextlib.suppress(PlanmapError):  # no device runs every operator: no such candidate
-        found.append(single_device(problem, certificate))
+        found.append(single_device(problem, certificate, time.perf_counter() + max(options.time_limit, 0.0)
+                                   if options is not None else None))
     return min(found, key=lambda se: (not se[1].feasible, se[1].objective))
 
 

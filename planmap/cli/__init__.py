@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 from planmap import __version__  # noqa: E402
 from planmap.cli.exits import EPILOG, ERROR  # noqa: E402
 from planmap.cli.signals import SignalGuard, Terminated  # noqa: E402
-from planmap.errors import PlanmapError  # noqa: E402
+from planmap.errors import PlanmapError, render_error  # noqa: E402
 
 __all__ = ["app", "main", "state"]
 
@@ -91,9 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         from rich.console import Console
         from rich.markup import escape
 
-        text = escape(str(e))  # "path: error[code]: message" already says it is an error
-        Console(stderr=True, highlight=False, soft_wrap=True).print(text if "error[" in str(e).split("\n")[0]
-                                                                    else f"[bold red]error:[/] {text}")
+        # "path[:line:col]: error[code]: message", the code the message names or its class's
+        Console(stderr=True, highlight=False, soft_wrap=True).print(escape(render_error(e)))
         return ERROR
     except (typer.Exit, typer.Abort, KeyboardInterrupt) as e:  # typer turns a KeyboardInterrupt into Exit(130)
         cause = e if isinstance(e, KeyboardInterrupt) else e.__cause__

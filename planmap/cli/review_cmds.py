@@ -17,7 +17,7 @@ from rich.table import Table
 
 from planmap.cli.consoles import consoles as _consoles
 from planmap.cli.exits import CHANGED
-from planmap.errors import PlanmapError
+from planmap.errors import PlanmapError, render_error
 
 
 class DiffFormat(StrEnum):
@@ -51,7 +51,7 @@ def check(
         try:
             reports.append(run_check(p, resolve=resolve))
         except PlanmapError as e:  # unreadable plan or spec: an error of this plan, the others still checked
-            reports.append(CheckReport(p, problems=[str(e).removeprefix(f"{p}: ")]))
+            reports.append(CheckReport(p, problems=[render_error(e).removeprefix(f"{p}: ")]))
     results = check_results(reports)
     if fmt == CheckFormat.json:
         typer.echo(results.model_dump_json(indent=2))
@@ -66,7 +66,8 @@ def check(
                 note = f" ({'; '.join(rep.notes)})" if rep.notes else ""
                 out.print(f"{escape(str(rep.path))}: ok{escape(note)}")
             for msg in rep.problems:
-                err.print(f"{escape(str(rep.path))}: [red]error:[/] {escape(msg)}")
+                coded = msg if msg.startswith("error[") else f"error[integrity]: {msg}"  # a finding of the check
+                err.print(f"{escape(str(rep.path))}: {escape(coded)}")
             for msg in rep.stale:
                 err.print(f"{escape(str(rep.path))}: [yellow]{escape(msg)}[/]")
     if results.exit_status:

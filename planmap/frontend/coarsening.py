@@ -38,12 +38,13 @@ import numpy as np
 
 from planmap.frontend import costs as C
 from planmap.frontend.namestack import common_scope, label_ops
+from planmap.frontend.nogc import gc_paused
 from planmap.frontend.partition import Partition
 from planmap.frontend.recompute import recomputed_nodes
 from planmap.frontend.repeats import tandem_blocks
 from planmap.graph import OpGraph
 
-__all__ = ["coarsen", "LEVELS", "is_cheap"]
+__all__ = ["coarsen", "coarsen_levels", "LEVELS", "is_cheap"]
 
 LEVELS = ("auto", "none", "fuse", "layers")
 _HEAVY_CHEAP_BODY = 1.0  # a call/composite whose FLOPs per byte is below this fuses like elementwise code
@@ -67,34 +68,61 @@ def is_cheap(kind: str, flops: float, nbytes: float) -> bool:
 
 def coarsen(graph: OpGraph, level: str = "auto") -> OpGraph:
     """The coarsened graph at ``level`` (see module docstring); ``none`` returns ``graph`` itself."""
-    if level not in LEVELS:
-        raise ValueError(f"coarsen level requires one of {', '.join(LEVELS)}, but got {level!r}")
-    if level == "none" or graph.num_nodes == 0:
-        return graph
+    return coarsen_levels(graph, (level,))[level]
+
+
+def coarsen_levels(graph: OpGraph, levels: Sequence[str]) -> dict[str, OpGraph]:
+    """``{level: coarsen(graph, level)}`` for several levels, sharing the work they have in common.
+
+    Every level but ``none`` starts from the same name-stack labels and the same fused partition, so
+    both are computed once (``inspect`` wants ``fuse`` and ``layers`` of graphs of 10⁵ ops). At most
+    one of ``layers`` and ``auto`` may be asked for: both contract the fused partition further.
+    """
+    for level in levels:
+        if level not in LEVELS:
+            raise ValueError(f"coarsen level requires one of {', '.join(LEVELS)}, but got {level!r}")
+    grouped = [lv for lv in levels if lv in ("layers", "auto")]
+    if len(set(grouped)) > 1:
+        raise ValueError(f"coarsen_levels takes at most one of 'layers' and 'auto', but got {list(levels)}")
+    out: dict[str, OpGraph] = {}
+    for level in levels:
+        if level == "none" or graph.num_nodes == 0:
+            out[level] = graph
+    todo = sorted((lv for lv in dict.fromkeys(levels) if lv not in out), key=lambda lv: lv != "fuse")  # fuse first
+    if not todo:
+        return out
+    with gc_paused():
+        _coarsen_into(graph, todo, out)
+    return out
+
+
+def _coarsen_into(graph: OpGraph, todo: list[str], out: dict[str, OpGraph]) -> None:
+    """Fuse once, then build each level of ``todo`` (``fuse`` first) into ``out``."""
     src, dst = graph.node_edges
     part = Partition(graph.num_nodes, src, dst)
     labels = label_ops(graph.op_name)
     # group label: (scope id or -1, backward flag or None); unnamed ops are wildcards
-    named = np.fromiter((bool(nm) for nm in graph.op_name), bool, graph.num_nodes)
-    scope = {i: int(labels.group[i]) for i in range(graph.num_nodes)}
-    direction = {i: (bool(graph.backward[i]) if named[i] else None) for i in range(graph.num_nodes)}
+    named = [bool(nm) for nm in graph.op_name]
+    scope = dict(enumerate(labels.group.tolist()))
+    direction = dict(enumerate(b if nm else None for b, nm in zip(graph.backward.tolist(), named, strict=True)))
     profiled = bool(graph.measured)
-    cheap = {i: (not profiled) and is_cheap(graph.kind[i], float(graph.flops[i]), float(graph.bytes_accessed[i]))
-             for i in range(graph.num_nodes)}
+    cheap = dict(enumerate((not profiled) and is_cheap(kind, flops, nbytes) for kind, flops, nbytes
+                           in zip(graph.kind, graph.flops.tolist(), graph.bytes_accessed.tolist(), strict=True)))
     _fuse(part, cheap, scope, direction)
     n_fused = len(part.members)
-    report: dict[str, Any] = {"level": level, "ops": int(graph.n_original), "input_nodes": graph.num_nodes,
-                              "fused": n_fused}
-    layer_of_group: dict[int, int] = {}
-    if level in ("layers", "auto"):
-        method, n_layers, not_convex = _group_layers(part, graph, labels, scope, direction, layer_of_group)
-        report.update(method=method, repeated_layers=n_layers, layers=len(part.members))
-        if not_convex:
-            report["not_convex"] = not_convex
-        if level == "auto" and n_layers == 0:
-            report["level"] = "fuse"
-    report["nodes"] = len(part.members)
-    return _build(graph, part, labels, scope, direction, layer_of_group, report)
+    for level in todo:
+        report: dict[str, Any] = {"level": level, "ops": int(graph.n_original), "input_nodes": graph.num_nodes,
+                                  "fused": n_fused}
+        layer_of_group: dict[int, int] = {}
+        if level in ("layers", "auto"):
+            method, n_layers, not_convex = _group_layers(part, graph, labels, scope, direction, layer_of_group)
+            report.update(method=method, repeated_layers=n_layers, layers=len(part.members))
+            if not_convex:
+                report["not_convex"] = not_convex
+            if level == "auto" and n_layers == 0:
+                report["level"] = "fuse"
+        report["nodes"] = len(part.members)
+        out[level] = _build(graph, part, labels, scope, direction, layer_of_group, report)
 
 
 def _compatible(a: int, b: int, scope: dict, direction: dict) -> bool:

@@ -121,12 +121,17 @@ def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
     """
     names = _tf_numbered_layers(names) or names
     cache: dict[str, StackInfo] = {}
+    whole: dict[str, StackInfo] = {}
     infos = []
     for nm in names:
         cut = nm.rfind("/")
         last = nm[cut + 1:]
         if cut < 0 or ("(" in last and last.count("(") != last.count(")")):
-            infos.append(parse_stack(nm))  # no scopes, or a '/' inside parentheses: parse it whole
+            # no scopes, or a '/' inside parentheses: parse it whole (text without locations: all alike)
+            info = whole.get(nm)
+            if info is None:
+                info = whole[nm] = parse_stack(nm)
+            infos.append(info)
             continue
         prefix = nm[:cut]
         info = cache.get(prefix)
@@ -171,18 +176,17 @@ def _tf_numbered_layers(names) -> list[str] | None:
     shared by at least two op types."""
     if any("/" in nm or "(" in nm for nm in names):
         return None
-    index: list[int | None] = []
+    number: dict[str, int | None] = {}  # per distinct name (text without locations repeats one name)
     stems_of: dict[int, set[str]] = {}
-    for nm in names:
+    for nm in dict.fromkeys(names):
         m = _TF_NUMBERED_RE.match(nm)
-        k = int(m.group(2) or 0) if m else None
-        index.append(k)
+        k = number[nm] = int(m.group(2) or 0) if m else None
         if m and k is not None:
             stems_of.setdefault(k, set()).add(m.group(1))
     shared = {k for k, stems in stems_of.items() if len(stems) >= 2}
     if len(shared) < 2:
         return None
-    return [f"layer{k}/{nm}" if k in shared else nm for nm, k in zip(names, index, strict=True)]
+    return [f"layer{k}/{nm}" if (k := number[nm]) in shared else nm for nm in names]
 
 
 def _first_forward_order(group: np.ndarray, backward: np.ndarray, n_groups: int) -> list[int]:

@@ -36,13 +36,10 @@ class Partition:
         self.n = n
         self.parent = list(range(n))
         # deques, so that a merge costs the smaller group's size whichever side is larger (union by size)
-        self.members: dict[int, deque[int]] = {i: deque((i,)) for i in range(n)}
-        self.succs: dict[int, set[int]] = {i: set() for i in range(n)}
-        self.preds: dict[int, set[int]] = {i: set() for i in range(n)}
-        for s, d in zip(src.tolist(), dst.tolist(), strict=True):
-            if s != d:
-                self.succs[s].add(d)
-                self.preds[d].add(s)
+        self.members: dict[int, deque[int]] = dict(zip(range(n), map(deque, zip(range(n))), strict=True))
+        keep = src != dst
+        self.succs: dict[int, set[int]] = _adjacency(n, src[keep], dst[keep])
+        self.preds: dict[int, set[int]] = _adjacency(n, dst[keep], src[keep])
         self.pos: dict[int, int] = {i: i for i in range(n)}
 
     # --------------------------------------------------------------------------- queries
@@ -101,24 +98,17 @@ class Partition:
         """Groups that ``g`` can safely be merged into, in order of preference (see module docstring).
 
         Its earliest successor and its latest predecessor are always safe: a path leaving the merged
-        group and coming back would have to run against the topological order. The unique consumer
-        or producer (a special case of those) comes first, then consumers before producers.
+        group and coming back would have to run against the topological order. The successor comes
+        first when it is ``g``'s unique consumer or ``g`` has no producer, else the predecessor.
         """
         s, p = self.succs[g], self.preds[g]
-        first_succ = self.earliest_succ(g)
-        last_pred = self.latest_pred(g)
-        order: list[int] = []
-        if len(s) == 1 and first_succ is not None:
-            order.append(first_succ)
-        if len(p) == 1 and last_pred is not None:
-            order.append(last_pred)
-        if not p and first_succ is not None:
-            order.append(first_succ)
-        if last_pred is not None:
-            order.append(last_pred)
-        if first_succ is not None:
-            order.append(first_succ)
-        return list(dict.fromkeys(order))
+        if not s:
+            return [self.latest_pred(g)] if p else []
+        first_succ = next(iter(s)) if len(s) == 1 else self.earliest_succ(g)
+        if not p:
+            return [first_succ]
+        last_pred = next(iter(p)) if len(p) == 1 else self.latest_pred(g)
+        return [first_succ, last_pred] if len(s) == 1 else [last_pred, first_succ]
 
     def absorb(self, g: int, target: int) -> None:
         """Merge ``g`` into ``target``, which must be one of :meth:`absorb_targets` of ``g``."""
@@ -176,3 +166,11 @@ class Partition:
         for g in order:
             out[self.members[g]] = index[g]
         return out, order
+
+
+def _adjacency(n: int, frm: np.ndarray, to: np.ndarray) -> dict[int, set[int]]:
+    """``{i: set of to[k] for every k with frm[k] == i}`` for ``i`` in ``0..n-1`` (one sort, no per-edge loop)."""
+    order = np.argsort(frm, kind="stable")
+    bounds = np.searchsorted(frm[order], np.arange(n + 1)).tolist()
+    targets = to[order].tolist()
+    return {i: set(targets[bounds[i]:bounds[i + 1]]) for i in range(n)}

@@ -47,10 +47,10 @@ def inspect_graph(graph: OpGraph, *, top: int = 10, coarse: dict[str, OpGraph] |
 
     ``coarse`` maps level names (``fuse``, ``layers``) to coarsened graphs; computed when omitted.
     """
-    from planmap.frontend.coarsening import coarsen
+    from planmap.frontend.coarsening import coarsen_levels
 
     if coarse is None:
-        coarse = {level: coarsen(graph, level) for level in ("fuse", "layers")}
+        coarse = coarsen_levels(graph, ("fuse", "layers"))
     total = graph.total_flops
     param_bytes = int(sum(graph.value_bytes[a.value] for a in graph.args if a.role == "param"))
     data_bytes = int(sum(graph.value_bytes[a.value] for a in graph.args if a.role != "param"))

@@ -40,6 +40,7 @@ from planmap.frontend.dimmaps import DimMapper
 from planmap.frontend.loops import static_trip_count
 from planmap.frontend.mlir import ParsedModule
 from planmap.frontend.namestack import label_ops
+from planmap.frontend.nogc import gc_paused
 from planmap.frontend.shardings import collect_shardings
 from planmap.frontend.tensors import TypeInfo, TypeTable
 from planmap.graph import Arg, DimMap, DimRoles, OpGraph, TensorType
@@ -54,8 +55,13 @@ def location_name(loc: Any) -> str:
     try:
         return loc.name_str
     except AttributeError:
-        m = _QUOTED.search(str(loc))
-        return m.group(1) if m else ""
+        return _quoted_name(loc)
+
+
+def _quoted_name(loc: Any) -> str:
+    """The first quoted name in a location that is not a NameLoc (file, fused, callsite)."""
+    m = _QUOTED.search(str(loc))
+    return m.group(1) if m else ""
 
 
 class _Coster:
@@ -254,7 +260,8 @@ def build_graph(parsed: ParsedModule, *, name: str, entry: str = "main", argumen
         coster = _Coster(parsed.module, types, where, loop_trip_count)
         fn = _find_entry(coster, entry, where)
         block = fn.regions[0].blocks[0]
-        walk = _walk_entry(block, types, coster)
+        with gc_paused():
+            walk = _walk_entry(block, types, coster)
         arg_names = _arg_names(fn, block)
         roles = assign_roles(arg_names, arguments, where)
         shardings = collect_shardings(parsed.module, fn, walk.constraint_ops)
@@ -397,8 +404,12 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
         edge_v += ids
         operands.append(ids)
         n_operands.append(len(ids))
+        try:  # one result: the cheapest binding call (listing results builds a list object per op)
+            results = (op.result,)
+        except ValueError:  # none or several
+            results = op.results
         outs = []
-        for r in op.results:
+        for r in results:
             vid[r] = nv
             nv += 1
             ty = r.type
@@ -411,7 +422,7 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
         try:
             names.append(loc.name_str)
         except AttributeError:
-            names.append(location_name(loc))
+            names.append(_quoted_name(loc))
         kinds.append(kind)
         n_results.append(len(outs))
         if len(outs) == 1:

@@ -7,6 +7,7 @@ whatever coarsening was used; :func:`to_solution` maps them back onto a problem'
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,8 +18,8 @@ import numpy as np
 from planmap import __version__
 from planmap.errors import InputError
 from planmap.evaluate import Evaluation
-from planmap.io import INPUT_KINDS, sha256_input
-from planmap.plan.canonical import CANONICAL_ROLES, canonical_sha256
+from planmap.io import INPUT_KINDS, read_input, sha256_input
+from planmap.plan.canonical import CANONICAL_ROLES, canonical_sha256_of
 from planmap.plan.document import (
     FORMAT_VERSION,
     DevicePrediction,
@@ -72,8 +73,11 @@ def _rel(path: Path, base: Path) -> str:
 def plan_input(role: str, path: Path, plan_dir: Path) -> PlanInput:
     """An input of a plan in ``plan_dir``: its path relative to the plan and the hashes that make the plan stale
     (spec and cluster also by their parsed content, see :mod:`planmap.plan.canonical`)."""
-    canonical = canonical_sha256(path) if role in CANONICAL_ROLES else None
-    digest = sha256_input(Path(path), INPUT_KINDS.get(role, "artifact"))
+    if role in CANONICAL_ROLES:  # one read for both hashes: the file cannot change between them
+        raw = read_input(path, INPUT_KINDS[role])
+        digest, canonical = hashlib.sha256(raw).hexdigest(), canonical_sha256_of(raw)
+    else:  # an artifact (up to GiBs) is streamed, hashed by its bytes only
+        digest, canonical = sha256_input(Path(path), INPUT_KINDS.get(role, "artifact")), None
     return PlanInput(role=role, path=_rel(path, plan_dir), sha256=digest, canonical_sha256=canonical)
 
 

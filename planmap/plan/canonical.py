@@ -18,7 +18,7 @@ from pathlib import Path
 
 from planmap.io import read_input
 
-__all__ = ["CANONICAL_ROLES", "canonical_sha256", "canonical_text"]
+__all__ = ["CANONICAL_ROLES", "canonical_sha256", "canonical_sha256_of", "canonical_text"]
 
 CANONICAL_ROLES = frozenset({"spec", "cluster"})  # inputs hashed by meaning; others by bytes
 _UNPARSED = b"\x00unparsed-yaml\x00"
@@ -40,7 +40,11 @@ def canonical_text(text: str) -> str | None:
 
 def canonical_sha256(path: str | Path) -> str:
     """SHA-256 (hex) of the file's canonical parsed content; of its marked bytes when it is not YAML text."""
-    raw = read_input(path, "spec")  # spec and cluster share one size cap
+    return canonical_sha256_of(read_input(path, "spec"))  # spec and cluster share one size cap
+
+
+def canonical_sha256_of(raw: bytes) -> str:
+    """:func:`canonical_sha256` of a document's bytes already read (one read serves both of a plan's hashes)."""
     try:
         text = canonical_text(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -220,7 +220,11 @@ def _digest(body: str) -> str:
 
 
 def _body(doc: PlanDocument) -> str:
-    d = _dump(doc.model_dump(mode="json"))
+    try:
+        dumped = doc.model_dump(mode="json")
+    except ValueError as e:  # a free-form field (options, notes) nested past pydantic's serialization depth
+        raise InputError(f"error[value]: the plan cannot be written out: {e}") from None
+    d = _dump(dumped)
     out: list[str] = []
     for key in ("format_version", "generator", "name"):
         out.append(f"{key}: {json.dumps(d[key]) if key == 'format_version' else _scalar(d[key])}")

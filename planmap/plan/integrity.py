@@ -64,6 +64,8 @@ class CheckReport:
 class IntegrityError(PlanmapError):
     """A plan failed its integrity check (see :func:`check`)."""
 
+    code = "integrity"
+
 
 def decision_problems(doc: PlanDocument) -> list[str]:
     """Structural faults of the decisions that need no spec: duplicate devices or stage ids, empty or

@@ -100,6 +100,7 @@ class SingleDevice:
 
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
-        sol, ev = single_device(problem, Certificate(Status.HEURISTIC, self.name, version=VERSION))
+        sol, ev = single_device(problem, Certificate(Status.HEURISTIC, self.name, version=VERSION),
+                                deadline=t0 + options.time_limit)
         return sol.with_certificate(objective=ev.objective, wall_time=time.perf_counter() - t0)
 

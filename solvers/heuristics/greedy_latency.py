@@ -26,6 +26,7 @@ from planmap.errors import InfeasibleError
 from planmap.problem import Certificate, Problem, Solution, Stage
 
 from ..node_memory import node_params, stashed_bytes
+from .lazy_rows import LazyRows
 
 __all__ = ["schedule_calls"]
 
@@ -89,8 +90,9 @@ class _CallSchedule:
         self.wset = cost.working_set.astype(float).tolist()
         self.vbytes_f = g.value_bytes.astype(float).tolist()
         self.vtime = g.value_time.tolist()
-        self.r_paid, self.r_lat, self.r_ibw = topo.recv_paid.tolist(), topo.recv_lat.tolist(), topo.recv_ibw.tolist()
-        self.s_paid, self.s_lat, self.s_ibw = topo.send_paid.tolist(), topo.send_lat.tolist(), topo.send_ibw.tolist()
+        # rows on demand: D x D lists up front would cost seconds and GBs on thousands of devices
+        self.r_paid, self.r_lat, self.r_ibw = LazyRows(topo.recv_paid), LazyRows(topo.recv_lat), LazyRows(topo.recv_ibw)
+        self.s_paid, self.s_lat, self.s_ibw = LazyRows(topo.send_paid), LazyRows(topo.send_lat), LazyRows(topo.send_ibw)
         self.host_io_l = topo.host_io.tolist()
         self.host_lat, self.host_ibw = topo.host_lat, topo.host_ibw
 

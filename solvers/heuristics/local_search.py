@@ -151,8 +151,11 @@ class LocalSearch:
         if warm is not None and len(warm.assignment) == problem.graph.num_nodes:
             found.append(("warm start", warm, search.evaluate(warm)))
         if not found or not found[0][2].feasible:
-            sub = SolveOptions(time_limit=options.time_limit, seed=options.seed, threads=options.threads)
             for name in START_SOLVERS:
+                left = search.deadline - time.perf_counter()
+                if found and left <= 0:  # the search's time went on start methods: keep what they found
+                    break
+                sub = SolveOptions(time_limit=max(left, 0.0), seed=options.seed, threads=options.threads)
                 try:
                     s = solvers.get(name).solve(problem, sub)
                 except (PlanmapError, ImportError):

@@ -15,6 +15,7 @@ from planmap.problem import Problem
 from planmap.vocabulary import ThroughputVariant
 
 from ..node_memory import node_params, stashed_bytes
+from .lazy_rows import LazyRows
 
 __all__ = ["ThroughputLoads"]
 
@@ -49,8 +50,9 @@ class ThroughputLoads:
         # transfer charges: measured time or latency + bytes / bandwidth, where paid
         self.vbytes = g.value_bytes.astype(float).tolist()
         self.vtime = g.value_time.tolist()
-        self.r_lat, self.r_ibw, self.r_paid = topo.recv_lat.tolist(), topo.recv_ibw.tolist(), topo.recv_paid.tolist()
-        self.s_lat, self.s_ibw, self.s_paid = topo.send_lat.tolist(), topo.send_ibw.tolist(), topo.send_paid.tolist()
+        # rows on demand: D x D lists up front would cost seconds and GBs on thousands of devices
+        self.r_lat, self.r_ibw, self.r_paid = LazyRows(topo.recv_lat), LazyRows(topo.recv_ibw), LazyRows(topo.recv_paid)
+        self.s_lat, self.s_ibw, self.s_paid = LazyRows(topo.send_lat), LazyRows(topo.send_ibw), LazyRows(topo.send_paid)
         self.fw = [0.0] * D
         self.bw = [0.0] * D
         for v_, d in enumerate(self.dev):

@@ -9,6 +9,8 @@ latency IP that reaches the registry; only :mod:`.ip` imports it.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -18,6 +20,7 @@ from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions
 from planmap.vocabulary import Mode, ObjectiveKind
 
+from ..timebox import TimeBoxExpired, time_box
 from .splits import best_splits
 
 __all__ = ["best_baseline", "packed_splits", "BASELINES"]
@@ -75,53 +78,92 @@ def _pack(problem: Problem, devices: np.ndarray, target: float) -> np.ndarray:
 def packed_splits(problem: Problem) -> list[Solution]:
     """Memory-aware contiguous splits (what a person does for a model that barely fits): pack the
     topological order onto as few accelerators as memory allows, and onto more with balanced work."""
+    return list(_packed_splits(problem))
+
+
+def _packed_splits(problem: Problem) -> Iterator[Solution]:
+    """:func:`packed_splits` one at a time (one packing per accelerator count: thousands on a large
+    cluster, so a time-boxed caller keeps the ones it saw)."""
     from planmap.problem import Certificate, Status
 
     topo = problem.topology
     acc = topo.accelerators
     if len(acc) == 0 or problem.num_nodes == 0:
-        return []
+        return
     t = np.where(problem.allowed[:, acc], problem.cost.device_compute[:, acc], np.inf).min(axis=1)
     total = float(t[np.isfinite(t)].sum())  # work of the nodes an accelerator can run
-    out, seen = [], set()
+    seen = set()
     for k in [None, *range(1, len(acc) + 1)]:
         target = math.inf if k is None else total / k * 1.02
         dev = _pack(problem, acc, target)
         if (dev < 0).any() or dev.tobytes() in seen:  # many targets give the same packing on large clusters
             continue
         seen.add(dev.tobytes())
-        out.append(Solution.from_devices(problem, dev, Certificate(Status.HEURISTIC, "packed split")))
-    return out
+        yield Solution.from_devices(problem, dev, Certificate(Status.HEURISTIC, "packed split"))
 
 
-def best_baseline(problem: Problem, options: SolveOptions,
-                  time_budget: float) -> tuple[Solution | None, str, list[str]]:
+def best_baseline(problem: Problem, options: SolveOptions, time_budget: float,
+                  seconds: float | None = None) -> tuple[Solution | None, str, list[str]]:
     """The fastest feasible placement among ``options.warm_start`` and the registry's baselines
-    (those installed; the throughput DP's max-load split counts as a latency placement too)."""
+    (those installed; the throughput DP's max-load split counts as a latency placement too).
+
+    ``seconds`` bounds the whole search (on thousands of devices the baselines alone can outlast the
+    time limit): when it runs out the best placement found so far is returned, and when there is none
+    yet, the even split (one evaluation) is the answer."""
+    notes: list[str] = []
+    best: list[tuple[float, Solution, str]] = []  # the best so far, kept when the time box expires
+    t0 = time.perf_counter()
+    try:
+        with time_box(seconds):
+            _search(problem, options, time_budget, best, notes,
+                    None if seconds is None else t0 + seconds)
+    except TimeBoxExpired:
+        notes.append(f"baselines stopped after {time.perf_counter() - t0:.2f}s, their share of the time limit")
+        if not best:
+            _consider(problem, _even(problem, options), "even", best, notes)
+    if not best:
+        return None, "", notes
+    return best[0][1], best[0][2], notes
+
+
+def _consider(problem: Problem, sol: Solution | None, name: str, best: list, notes: list[str]) -> None:
+    """Keep ``sol`` in ``best`` (one entry: objective, solution, name) when feasible and faster."""
+    if sol is None:
+        return
+    ev = evaluate(problem, sol)
+    if not ev.feasible:
+        notes.append(f"{name}: infeasible ({ev.violations[0]})")
+        return
+    if not best or ev.objective < best[0][0]:
+        best[:] = [(ev.objective, sol, name)]
+
+
+def _even(problem: Problem, options: SolveOptions) -> Solution | None:
     from planmap import solvers
 
-    notes: list[str] = []
-    best: tuple[float, Solution, str] | None = None
+    try:
+        return solvers.get("even").solve(problem, replace(options, warm_start=None, progress=None))
+    except PlanmapError:
+        return None
 
-    def consider(sol: Solution | None, name: str) -> None:
-        nonlocal best
-        if sol is None:
-            return
-        ev = evaluate(problem, sol)
-        if not ev.feasible:
-            notes.append(f"{name}: infeasible ({ev.violations[0]})")
-            return
-        if best is None or ev.objective < best[0]:
-            best = (ev.objective, sol, name)
+
+def _search(problem: Problem, options: SolveOptions, time_budget: float, best: list, notes: list[str],
+            deadline: float | None) -> None:
+    """Try every start method in turn (see :func:`best_baseline`); none is started after ``deadline``."""
+    from planmap import solvers
 
     if options.warm_start is not None:
-        consider(options.warm_start, "given warm start")
-    for sol in packed_splits(problem):
-        consider(sol, "packed split")
+        _consider(problem, options.warm_start, "given warm start", best, notes)
+    for sol in _packed_splits(problem):
+        _consider(problem, sol, "packed split", best, notes)
     for sol in best_splits(problem):
-        consider(sol, "contiguous split DP")
-    base_opts = replace(options, time_limit=max(1.0, min(30.0, 0.1 * time_budget)), warm_start=None, progress=None)
+        _consider(problem, sol, "contiguous split DP", best, notes)
+    share = max(1.0, min(30.0, 0.1 * time_budget))
     for name in BASELINES:
+        left = math.inf if deadline is None else deadline - time.perf_counter()
+        if left <= 0:
+            notes.append(f"{name}: not tried (time limit)")
+            continue
         try:
             solver = solvers.get(name)
         except SolverUnavailableError:
@@ -132,6 +174,7 @@ def best_baseline(problem: Problem, options: SolveOptions,
             target = replace(problem, objective=ObjectiveKind.THROUGHPUT, contiguous=True, replication=False)
         if target is None:
             continue
+        base_opts = replace(options, time_limit=min(share, left), warm_start=None, progress=None)
         try:
             sol = solver.solve(target, base_opts)
         except KeyboardInterrupt:  # Ctrl-C: keep what the baselines found so far
@@ -145,7 +188,4 @@ def best_baseline(problem: Problem, options: SolveOptions,
             continue
         if any(s.replicas != 1 for s in sol.stages):
             continue
-        consider(Solution(sol.assignment, sol.stages, sol.certificate), name)
-    if best is None:
-        return None, "", notes
-    return best[1], best[2], notes
+        _consider(problem, Solution(sol.assignment, sol.stages, sol.certificate), name, best, notes)

@@ -45,6 +45,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from planmap.crossings import crossings
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution, SolveOptions, Status
@@ -52,6 +53,7 @@ from planmap.vocabulary import ObjectiveKind
 
 from .. import mip, mip_backends
 from ..mip_model import by_second, lin, new_model
+from ..timebox import TimeBoxExpired, time_box
 from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
 from .data import MEMORY_MARGIN, PROBE_SECONDS, LatencyData, charge_levels, interchangeable_devices, prepare
@@ -66,6 +68,9 @@ __all__ = ["LatencyIP", "LatencyData", "prepare", "build_model", "load_warm_star
 LNS_MIN_NODES = 60  # below this the MIP alone is fast enough
 LNS_SHARE = 0.5  # share of the time the full MIP gets before neighbourhood search takes over
 PROBE_SHARE = 0.1  # share of the time limit the probing lower bound may take
+BASELINE_SHARE = 0.5  # share of the time limit the start methods may use (all of them together)
+BUILD_FLOOR_S = 2.0  # the model build may always take this long (a fixed start-up, like the backend's)
+MAX_TABLE_CELLS = 50_000_000  # crossing values x devices²: beyond, the model's dense tables alone take GBs
 
 
 # -------------------------------------------------------------------------------------- model
@@ -426,27 +431,41 @@ class LatencyIP:
     def solve(self, problem: Problem, options: SolveOptions) -> Solution:
         t0 = time.perf_counter()
         mip_backends.get_backend(options.backend or "highs")  # fail before any work when the backend is missing
-        start, start_name, notes = best_baseline(problem, options, options.time_limit)
+        start, start_name, notes = best_baseline(problem, options, options.time_limit,
+                                                 seconds=BASELINE_SHARE * options.time_limit)
         start_latency = evaluate(problem, start).objective if start is not None else None
         if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
+        cells = len(crossings(problem.graph, np.arange(problem.num_nodes)).values) * problem.num_devices ** 2
+        if cells > MAX_TABLE_CELLS and start is not None and start_latency is not None:
+            # numpy builds these tables in single calls that no time box can interrupt
+            return _interrupted(start, start_latency, start_name, notes + [
+                f"the model's transfer tables ({cells:,} entries for {problem.num_devices:,} devices) are too large "
+                f"to build within the time limit"], time.perf_counter() - t0, timed_out=True)
         tb = time.perf_counter()
-        try:
-            model = build_model(problem, horizon=start_latency, cuts=self.cuts,
-                                probe_seconds=PROBE_SHARE * options.time_limit)
-        except KeyboardInterrupt:
+        session = None
+        try:  # building and translating the model is pure Python, D² in places: boxed by the time limit
+            with time_box(max(options.time_limit - (tb - t0), BUILD_FLOOR_S)):
+                model = build_model(problem, horizon=start_latency, cuts=self.cuts,
+                                    probe_seconds=PROBE_SHARE * options.time_limit)
+                build_time = time.perf_counter() - tb
+                warm = start is not None and load_warm_start(model, problem, start)
+                if (options.backend or "highs").lower() == "highs":
+                    session = mip.HighsSession(model)
+        except (KeyboardInterrupt, TimeBoxExpired) as stop:
             if start is None or start_latency is None:
-                raise
-            return _interrupted(start, start_latency, start_name, notes + ["interrupted while building the model"],
-                                time.perf_counter() - t0)
-        build_time = time.perf_counter() - tb
-        warm = start is not None and load_warm_start(model, problem, start)
+                if isinstance(stop, KeyboardInterrupt):
+                    raise
+                raise PlanmapError(f"{problem.name}: the latency IP found no placement within "
+                                   f"{options.time_limit:g} s (building the model); raise the time limit") from None
+            limit = isinstance(stop, TimeBoxExpired)
+            why = "the time limit ran out" if limit else "interrupted"
+            return _interrupted(start, start_latency, start_name, notes + [f"{why} while building the model"],
+                                time.perf_counter() - t0, timed_out=limit)
         if start is not None and not warm:
             notes.append(f"warm start from {start_name} does not fit the model")
-        left = max(1.0, options.time_limit - (time.perf_counter() - t0))
-        session = None
-        if (options.backend or "highs").lower() == "highs":
-            session = mip.HighsSession(model)
+        left = max(0.1, options.time_limit - (time.perf_counter() - t0))
+        if session is not None:
             lns = problem.num_nodes >= LNS_MIN_NODES
             result = session.run(replace(options, time_limit=left * (LNS_SHARE if lns else 1.0)), warm_start=warm,
                                  scale=model.time_unit, t0=t0)

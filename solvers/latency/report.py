@@ -19,11 +19,13 @@ NAME = "ip"
 VERSION = "1"
 
 
-def _interrupted(start: Solution, latency: float, name: str, notes: list[str], wall: float) -> Solution:
-    """Ctrl-C before the MIP ran: the best baseline, said to be interrupted (no bound)."""
-    return start.with_certificate(status=Status.INTERRUPTED, solver=NAME, objective=latency, bound=None,
-                                  gap=None, version=VERSION, backend=None,
-                                  message="; ".join([f"interrupted before the MIP; answer is {name}", *notes]),
+def _interrupted(start: Solution, latency: float, name: str, notes: list[str], wall: float, *,
+                 timed_out: bool = False) -> Solution:
+    """Ctrl-C (or the time limit, ``timed_out``) before the MIP ran: the best baseline, no bound."""
+    why = "time limit reached" if timed_out else "interrupted"
+    return start.with_certificate(status=Status.TIME_LIMIT if timed_out else Status.INTERRUPTED, solver=NAME,
+                                  objective=latency, bound=None, gap=None, version=VERSION, backend=None,
+                                  message="; ".join([f"{why} before the MIP; answer is {name}", *notes]),
                                   options={"warm_start": name}, wall_time=wall)
 
 

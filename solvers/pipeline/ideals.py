@@ -19,6 +19,8 @@ __all__ = ["enumerate_ideals", "unpack", "member", "TooManyIdeals"]
 class TooManyIdeals(PlanmapError):
     """The graph has more ideals than the configured limit (the DP would not be tractable)."""
 
+    code = "too-many-ideals"
+
 
 def words(num_units: int) -> int:
     return max(1, (num_units + 63) // 64)

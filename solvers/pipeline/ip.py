@@ -48,6 +48,7 @@ from planmap.problem import Certificate, Problem, Solution, SolveOptions, Stage,
 from planmap.vocabulary import ObjectiveKind
 
 from .. import mip, mip_backends
+from ..timebox import TimeBoxExpired, time_box
 from .ip_data import IPData, prepare
 from .ip_model import MEMORY_MARGIN, build_model
 
@@ -193,6 +194,8 @@ def extract(model, problem: Problem) -> Solution:
 
 # ----------------------------------------------------------------------------------- solver
 _OWN_KEYS = ("start", "dp_share")
+_BUILD_FLOOR_S = 2.0  # the model build may always take this long (a fixed start-up)
+_BOX_SLACK = 0.05  # the backend stops itself at the limit; the box only catches the Python phases around it
 
 
 class ThroughputIP:
@@ -216,15 +219,26 @@ class ThroughputIP:
                                                         if k not in _OWN_KEYS})
         start, start_name, notes = self._start(problem, options, own)
         start_obj = evaluate(problem, start).objective if start is not None else None
-        dt = prepare(problem, time_scale=start_obj / max(problem.num_devices, 1) if start_obj else None)
         tb = time.perf_counter()
-        model = build_model(problem, data=dt, horizon=start_obj)
-        build_time = time.perf_counter() - tb
-        warm = start is not None and load_warm_start(model, problem, start)
+        try:  # building and translating the model is pure Python (U x D x D rows): boxed by the time limit
+            with time_box(max(options.time_limit * (1 + _BOX_SLACK) - (tb - t0), _BUILD_FLOOR_S)):
+                dt = prepare(problem, time_scale=start_obj / max(problem.num_devices, 1) if start_obj else None)
+                model = build_model(problem, data=dt, horizon=start_obj)
+                build_time = time.perf_counter() - tb
+                warm = start is not None and load_warm_start(model, problem, start)
+                left = max(0.1, options.time_limit - (time.perf_counter() - t0))
+                result = solve(model, replace(backend_options, time_limit=left), warm_start=warm)
+        except TimeBoxExpired:
+            if start is None or start_obj is None:
+                raise PlanmapError(f"{problem.name}: the throughput IP found no plan within {options.time_limit:g} s "
+                                   "(building the model); raise the time limit") from None
+            return start.with_certificate(
+                status=Status.TIME_LIMIT, solver=self.name, objective=start_obj, bound=None, gap=None,
+                version=VERSION, backend=None, options={"contiguous": problem.contiguous, "warm_start": start_name},
+                wall_time=time.perf_counter() - t0,
+                message="; ".join([f"time limit reached while building the model; answer is {start_name}", *notes]))
         if start is not None and not warm:
             notes.append(f"warm start from {start_name} does not fit the model")
-        left = max(1.0, options.time_limit - (time.perf_counter() - t0))
-        result = solve(model, replace(backend_options, time_limit=left), warm_start=warm)
         chosen, origin = mip.choose_answer(
             problem, extract(model, problem) if result.has_solution else None, start, start_name, start_obj, notes,
             why="; 1F1B memory was relaxed in non-contiguous mode" if dt.relaxed else "")

@@ -42,7 +42,7 @@ def test_inspect_a_corrupt_file_exits_1_with_the_file_name(tmp_path, capsys):
     path = tmp_path / "broken.vhlo"
     path.write_bytes(b"ML\xefR\x00garbage")
     assert main(["inspect", str(path)]) == 1
-    assert f"error: {path}:" in capsys.readouterr().err
+    assert f"{path}: error[input]:" in capsys.readouterr().err
 
 
 def test_export_from_abstract_shapes_then_inspect(tmp_path, capsys):

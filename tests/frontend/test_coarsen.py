@@ -219,3 +219,21 @@ def test_common_scope_is_the_shared_leading_components():
     assert common_scope(["jit(f)/embed/gather"]) == ["jit(f)", "embed", "gather"]
     assert common_scope(["a/b", "c/d"]) == []
     assert common_scope([]) == []
+
+
+@pytest.mark.parametrize("name", ["gpt_train", "cnn"])
+def test_levels_computed_together_equal_each_level_alone(models_dir, name):
+    """coarsen_levels fuses once for several levels; each graph equals the one coarsen builds alone."""
+    from planmap.frontend.coarsening import coarsen_levels
+
+    graph = load_model(models_dir / f"{name}.mlir")
+    together = coarsen_levels(graph, ("layers", "none", "fuse"))
+    for level in ("fuse", "layers", "none"):
+        alone = coarsen(graph, level)
+        a, b = together[level], alone
+        assert a.kind == b.kind and a.op_name == b.op_name and a.meta == b.meta
+        for col in ("flops", "bytes_accessed", "members", "members_indptr", "edge_dst", "edge_value",
+                    "colocation", "layer", "backward"):
+            assert np.array_equal(getattr(a, col), getattr(b, col)), col
+    with pytest.raises(ValueError, match="at most one"):
+        coarsen_levels(graph, ("layers", "auto"))

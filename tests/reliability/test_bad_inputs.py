@@ -13,6 +13,7 @@ import pytest
 
 from planmap.cli import main
 
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = "specs/mlp-latency-cpu4acc.yaml"
 CLUSTER = "specs/clusters/cpu-4acc-pcie.yaml"
 PLAN = "plans/mlp-latency-cpu4acc.plan.yaml"
@@ -130,3 +131,41 @@ def test_physical_range_is_reported_at_the_value(work, capsys):
     out = "".join(capsys.readouterr())
     assert re.search(r"clusters/bw\.yaml:\d+:\d+: error\[range\]: .*bandwidth: bandwidth 0 B/s is outside the "
                      r"physical range \(expected 1 kB/s to 100 PB/s\)", out), out
+
+
+def test_plan_input_hashes_both_ways_from_one_read(tmp_path):
+    """A spec or cluster input's byte hash and canonical hash come from one read of the file, and equal
+    what the staleness check recomputes from the file later."""
+    from planmap.io import sha256_input
+    from planmap.plan.build import plan_input
+    from planmap.plan.canonical import canonical_sha256
+
+    spec = tmp_path / "s.yaml"
+    spec.write_bytes((ROOT / "specs" / "clusters" / "h100-1x8.yaml").read_bytes() + b"# a comment\n")
+    got = plan_input("cluster", spec, tmp_path)
+    assert got.sha256 == sha256_input(spec, "cluster")
+    assert got.canonical_sha256 == canonical_sha256(spec)
+    assert got.canonical_sha256 == canonical_sha256(ROOT / "specs" / "clusters" / "h100-1x8.yaml")  # meaning only
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["solve", SPEC, "--solver", "no-such-solver", "-o", "x.plan.yaml"], "invalid"),
+    (["inspect", "specs/models/missing.mlir"], "file-not-found"),
+    (["check", "specs/models/mlp.mlir"], "input"),
+    (["inspect", "specs"], "not-a-file"),
+])
+def test_every_user_error_prints_a_code(work, capsys, argv, code):
+    """Errors raised without a code of their own get their class's: ``[file: ]error[code]: message``."""
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"error[{code}]:" in err and "Traceback" not in err, err
+
+
+def test_render_error_puts_the_code_after_the_file():
+    from planmap.errors import InfeasibleError, InputError, StalePlanError, render_error
+
+    assert render_error(InputError("a/b.mlir: cannot parse")) == "a/b.mlir: error[input]: cannot parse"
+    assert render_error(InputError("s.yaml:3:4: bad")) == "s.yaml:3:4: error[input]: bad"
+    assert render_error(InfeasibleError("gpt cannot fit")) == "error[infeasible]: gpt cannot fit"
+    assert render_error(StalePlanError("plan is stale: x")) == "error[stale]: plan is stale: x"
+    assert render_error(InputError("p.yaml: error[encoding]: not UTF-8")) == "p.yaml: error[encoding]: not UTF-8"

@@ -22,3 +22,14 @@ def test_mutated_inputs_never_crash_or_hang(kind, root, tmp_path_factory):
         assert outcome.status == "ok", f"{outcome.status} on {outcome.argv}: {outcome.detail}"
 
     check()
+
+
+def test_fuzz_finding_plan_nested_past_the_serialization_depth_is_an_error(tmp_path):
+    """``make fuzz`` found a mutated plan whose digest could not be computed (pydantic's maximum
+    serialization depth): ``check`` now reports it as an error, not a traceback."""
+    import random
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    outcome = fuzz_one("plan", random.Random("plan:102835"), root, tmp_path)
+    assert outcome.status == "ok", outcome

@@ -186,7 +186,10 @@ def test_claims_match_evaluate_and_memory_holds_under_a_time_limit(seed):
     ev = evaluate(p, sol)
     assert ev.feasible and np.all(ev.memory <= p.capacity)
     assert sol.certificate.objective == pytest.approx(ev.objective, rel=1e-6)
-    assert sol.certificate.bound is not None and sol.certificate.bound <= ev.objective * (1 + 1e-9)
+    if "before the MIP" in sol.certificate.message:  # a loaded machine: the time ran out building the model
+        assert sol.certificate.status is Status.TIME_LIMIT and sol.certificate.bound is None
+    else:
+        assert sol.certificate.bound is not None and sol.certificate.bound <= ev.objective * (1 + 1e-9)
     assert sol.certificate.status in (Status.OPTIMAL, Status.GAP_REACHED, Status.TIME_LIMIT)
 
 
