@@ -34,7 +34,7 @@ def time_box(seconds: float | None) -> Iterator[None]:
     usable = (seconds is not None and hasattr(signal, "setitimer")
               and threading.current_thread() is threading.main_thread())
     outer_left, outer_interval = signal.getitimer(signal.ITIMER_REAL) if usable else (0.0, 0.0)
-    if not usable or (outer_left and outer_left <= seconds):
+    if seconds is None or not usable or (outer_left and outer_left <= seconds):
         yield
         return
 

@@ -103,11 +103,11 @@ class Partition:
         """
         s, p = self.succs[g], self.preds[g]
         if not s:
-            return [self.latest_pred(g)] if p else []
-        first_succ = next(iter(s)) if len(s) == 1 else self.earliest_succ(g)
+            return [max(p, key=self.pos.__getitem__)] if p else []
+        first_succ = next(iter(s)) if len(s) == 1 else min(s, key=self.pos.__getitem__)
         if not p:
             return [first_succ]
-        last_pred = next(iter(p)) if len(p) == 1 else self.latest_pred(g)
+        last_pred = next(iter(p)) if len(p) == 1 else max(p, key=self.pos.__getitem__)
         return [first_succ, last_pred] if len(s) == 1 else [last_pred, first_succ]
 
     def absorb(self, g: int, target: int) -> None:

@@ -252,10 +252,10 @@ def _body(doc: PlanDocument) -> str:
             out.append(f"  {part}: []")
             continue
         out.append(f"  {part}:")
-        for e in entries:
-            e = {k: v for k, v in e.items()
-                 if v is not None and not (k == "name" and v == "") and not (part == "args" and k == "result")}
-            out.append(f"    - {_flow(e)}")
+        for entry in entries:
+            kept = {k: v for k, v in entry.items()
+                    if v is not None and not (k == "name" and v == "") and not (part == "args" and k == "result")}
+            out.append(f"    - {_flow(kept)}")
     p = d["predicted"]
     out.append("predicted:")
     for key in ("objective_ns", "step_time_ns", "bytes_moved"):
