@@ -31,3 +31,18 @@ def test_solved_example_plan_runs_and_verifies(spec, tmp_path, capsys):
     assert main(["run", str(plan), "--steps", "1", "--verify"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "max error:" in out and "NO" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["cnn-tpu", "cnn-train-mixed", "gpt-train-2host"])
+def test_committed_example_plan_runs_and_verifies(spec, root):
+    """The committed plans not re-solved above (sharded stages on submeshes, a mixed A100 + H100 cluster, two
+    hosts) run and verify on fake CPU devices, 16 of them in their own process (issue 13's last check)."""
+    import os
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=16")
+    cli = "import sys; from planmap.cli import main; sys.exit(main())"
+    run = subprocess.run([sys.executable, "-c", cli, "run", str(root / "plans" / f"{spec}.plan.yaml"), "--steps", "1",
+                          "--verify"], capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "max error:" in run.stdout and "NO" not in run.stdout
