@@ -25,6 +25,7 @@ from planmap.sharding.stage import stage_map
 from planmap.solvers.sharding.baselines import (
     _data_specs,
     _replicated_closure,
+    fsdp_overrides,
     gradient_layouts,
     megatron_overrides,
 )
@@ -77,15 +78,7 @@ def baseline_layouts(tables: ShardingTables) -> list[tuple[str, dict]]:
     data = _data_specs(tables, 0)
     if data:
         out.append(("data-parallel", propagate(tables, _replicated_closure(tables, gradient_layouts(tables, data)))))
-        p = mesh.axis_sizes[0]
-        fsdp = dict(data)
-        for a in tables.graph.args:
-            if a.role != "param":
-                continue
-            dims = [d for d, n in enumerate(a.type.shape) if n % p == 0]
-            if dims:
-                best = max(dims, key=lambda d: (a.type.shape[d], -d))
-                fsdp[a.value] = tuple((0,) if d == best else () for d in range(a.type.rank))
+        fsdp = fsdp_overrides(tables, data)
         out.append(("fsdp", propagate(tables, _replicated_closure(tables, gradient_layouts(tables, fsdp)))))
     if mesh.scope[-1] == "intra":
         tensor = mesh.num_axes - 1

@@ -36,7 +36,7 @@ from planmap.sharding.solution import spmd_solution, tables_cache
 from planmap.sharding.spmd import Propagation
 
 __all__ = ["DataParallel", "FSDP", "Megatron", "data_parallel", "fsdp", "megatron", "meshes_or_raise",
-           "BASELINES", "with_zero", "ZERO_STAGES"]
+           "BASELINES", "with_zero", "ZERO_STAGES", "fsdp_overrides"]
 
 VERSION = "1"
 _PASS_THROUGH = frozenset({"stablehlo.convert", "stablehlo.transpose", "stablehlo.reshape", "stablehlo.copy",
@@ -173,8 +173,15 @@ def data_parallel(problem: Problem) -> tuple[Solution, Evaluation]:
 def fsdp(problem: Problem) -> tuple[Solution, Evaluation]:
     """Data parallel with every parameter split along the data axis on its largest divisible dim."""
     t0 = time.perf_counter()
-    mesh, tables, over = _batch_split(problem, "fsdp")
-    p = mesh.axis_sizes[0]
+    _, tables, over = _batch_split(problem, "fsdp")
+    return _finish(problem, tables, fsdp_overrides(tables, over), "fsdp", t0)
+
+
+def fsdp_overrides(tables: ShardingTables, data: dict[int, Spec]) -> dict[int, Spec]:
+    """``data`` (the data arguments split over mesh axis 0) plus every parameter split over axis 0 on its
+    largest dim that the axis divides (the lowest such dim on ties): the FSDP layout's overrides."""
+    over = dict(data)
+    p = tables.mesh.axis_sizes[0]
     for a in tables.graph.args:
         if a.role != "param":
             continue
@@ -182,7 +189,7 @@ def fsdp(problem: Problem) -> tuple[Solution, Evaluation]:
         if dims:
             best = max(dims, key=lambda d: (a.type.shape[d], -d))
             over[a.value] = _split(a.type.rank, best, (0,))
-    return _finish(problem, tables, over, "fsdp", t0)
+    return over
 
 
 # -------------------------------------------------------------------------------------- Megatron
