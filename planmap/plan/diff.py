@@ -105,6 +105,8 @@ def diff_plans(old: PlanDocument, new: PlanDocument, op_names: list[str] | None 
         if sa.get(key) != sb.get(key):
             what = f"arg {key[0]}" if key[0] is not None else f"op {key[1]} result {key[2]}"
             d.shardings.append(f"{what}: {sa.get(key)} -> {sb.get(key)}")
+    if old.shardings.zero != new.shardings.zero:  # which of the optimizer state and gradients are sharded
+        d.shardings.append(f"ZeRO stage: {old.shardings.zero} -> {new.shardings.zero}")
     for what, a, b in (("objective", old.objective, new.objective), ("mode", old.mode, new.mode),
                        ("schedule", old.schedule, new.schedule), ("mesh", old.mesh, new.mesh),
                        ("stages", len(old.stages), len(new.stages))):

@@ -115,3 +115,18 @@ def test_usage_errors_exit_1_and_help_documents_exit_statuses(capsys):
 ])
 def test_moved_ranges_are_named_by_their_scope_not_the_jitted_function(names, label):
     assert layer_label(names) == label
+
+
+def test_diff_shows_a_changed_zero_stage_in_every_format(pair, capsys):
+    old, new = pair
+    text = old.read_text()
+    assert "shardings:\n  args: []" in text
+    new.write_text(text.replace("shardings:\n  args: []", "shardings:\n  zero: 2\n  args: []"))
+    assert main(["diff", str(old), str(new)]) == 2
+    out = capsys.readouterr().out
+    assert "ZeRO stage: 0 -> 2" in out and "identical decisions" not in out
+    assert main(["diff", "--format", "markdown", str(new), str(old)]) == 2
+    assert "- `ZeRO stage: 2 -> 0`" in capsys.readouterr().out
+    assert main(["diff", "--format", "json", str(old), str(new)]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["shardings"] == ["ZeRO stage: 0 -> 2"] and not report["same_decisions"]
