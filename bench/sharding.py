@@ -30,15 +30,34 @@ NOTE = """*predicted*: the plan's collectives (the SPMD evaluation: kind, bytes 
 one layout for several consumers moves once (XLA's CSE; the model charges every use), and a reduce-scatter
 is an all-reduce of the same bytes (XLA's CPU backend slices after an all-reduce; GPU forms reduce-scatters).
 *compiled*: the HLO XLA compiles for the plan, every op result's layout pinned by a sharding constraint."""
-REMAINING = """What still differs: the plan pins every value's layout, not the operand layouts inside an op (its
-strategy), and where one result layout can be computed two ways XLA may take the other one. Traced cases:
-a reduction whose operand is split on a kept dim and whose result is pinned replicated (the bias gradient
-of a column-split layer under Megatron, mlp_train): the model gathers the operand and reduces it, XLA
-reduces the shard and gathers the smaller result; the tied embedding/head weight gradient under data
-parallel (gpt_train): the model all-reduces the partial sums of the batch-split contraction, XLA gathers
-the batch activation (262144 B) for that one op instead. The gpt_train Megatron rows (small all-reduces
-and all-gathers around layer norms, two collective-permutes) look of the same kind but were not traced
-one by one. Pinning strategies would need per-operand layouts in the plan format."""
+REMAINING = """Every **≠** row, traced to the ops it comes from (HLO `op_name` metadata against the model's per-op
+collectives). None is a byte-count error of a collective the model does predict; each is a place where XLA
+computes the pinned layout another way than the op's strategy does:
+
+1. *Reduce, then gather the small result* (ours: the model's strategy must produce the pinned result layout
+   itself). A bias gradient of a column-split layer reduces a batch × (hidden / tensor) operand into a bias
+   gradient pinned to its replicated parameter's layout: the model gathers the operand over the tensor axis
+   and reduces it; XLA reduces the shard and gathers the reduced bias. mlp_train megatron: all-gather 65536
+   ×2 → all-gather 2048 ×2. gpt_train megatron, MLP `fc1` bias of each of the 4 layers: all-gather 262144 ×4
+   → all-gather 2048 ×4, and the bias gradient's data-axis all-reduce of 2048 ×4 → 1024 ×4 (XLA reduces the
+   half it holds); the head's bias (`transpose(jvp(head))/reduce_sum`): all-gather 262144 → all-gather 512.
+   A fix needs a strategy that computes in one layout and reshards its result, which the IP does not
+   represent (a value has one layout), so it is left as a stated difference.
+2. *Tied embedding/head weight gradient* (XLA's choice): the head's weight-gradient contraction is
+   batch-split; the model all-reduces its partial sums and, separately, the embedding's scatter-add
+   gradient; XLA gathers the head's batch activation (all-gather 262144, `transpose(jvp(head))/dot_general`)
+   and all-reduces only the summed gradient. gpt_train data-parallel: all-reduce 262144 10 → 9, all-gather
+   262144 0 → 1; gpt_train megatron: all-reduce 131072 9 → 8 and one of its two all-gathers 262144.
+3. *log_softmax as one unit* (ours: `func.call` ops are costed as units, issue 12 §2): the model gathers the
+   vocabulary-split logits whole for the call (all-gather 1048576); XLA partitions inside it — a distributed
+   max (all-reduce 512 of the per-row maxima, `log_softmax/reduce_max`) and the gather of `exp` once
+   (all-gather 1048576 2 → 1; all-reduce 512 21 → 22; the other all-gather 262144, `log_softmax/exp`).
+4. *Head projection operands* (XLA's choice): the model gathers the transposed head weight for the forward
+   dot and the final activation for the backward one (all-gather 131072 ×2); XLA gathers the weight once and,
+   backward, the head's batch activation instead (the all-gather 262144 of item 2): all-gather 131072 2 → 1.
+5. *Collective-permutes* (XLA's layout change; not traced further): two f32[1,1,64,128] shards at
+   `transpose(jvp(head))/mul` move between devices (collective-permute 32768 ×2); the model predicts no
+   collective at that op."""
 
 MODELS = ROOT / "specs" / "models"
 
