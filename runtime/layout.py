@@ -40,6 +40,7 @@ from planmap.errors import InputError
 from planmap.plan.document import PlanDocument
 from planmap.runtime.annotate import Spec, is_replicated, normalize_spec, restrict_spec
 from planmap.runtime.ir_graph import ARG, EntryGraph, Ref
+from planmap.sharding.owner import argument_owners
 
 __all__ = ["Layouts", "batch_size", "combine_rules", "COMBINE_RULES"]
 
@@ -105,19 +106,15 @@ class Layouts:
         return None
 
     def owner(self, ref: Ref) -> int | None:
-        """The stage whose axis names ``ref``'s spec is written in: an op result's producer stage, an
-        argument's first consumer stage (lowest stage index); None without stage information."""
+        """The stage whose axis names ``ref``'s spec is written in (:mod:`planmap.sharding.owner`); None
+        without stage information."""
         if self._op_stage is None:
             return None
         if ref[0] != ARG:
             return int(self._op_stage[ref[0]])
         if self._arg_stage is None:
-            first: dict[int, int] = {}
-            for op, operands in enumerate(self.graph.operands):
-                for o, a in operands:
-                    if o == ARG:
-                        first[a] = min(first.get(a, int(self._op_stage[op])), int(self._op_stage[op]))
-            self._arg_stage = first
+            reads = ((op, a) for op, operands in enumerate(self.graph.operands) for o, a in operands if o == ARG)
+            self._arg_stage = argument_owners(self._op_stage, reads)
         return self._arg_stage.get(ref[1])
 
     def _explicit(self, ref: Ref, axes: dict[str, int], stage: int | None = None) -> Spec | None:

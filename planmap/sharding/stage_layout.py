@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 
 from planmap.sharding.mesh import LogicalMesh
+from planmap.sharding.owner import argument_owners
 from planmap.sharding.solution import axis_names
 from planmap.sharding.specs import Spec, from_partition_spec, is_valid, partition_spec, replicated
 from planmap.sharding.spmd import Propagation, compress
 from planmap.sharding.stage import StageMap, stage_map, stage_tables
-from planmap.sharding.tables import ShardingTables
+from planmap.sharding.tables import ShardingTables, graph_operands
 
 __all__ = ["StageLayout", "stage_op_ids", "stage_mesh", "restrict", "stage_layouts", "stages_solution"]
 
@@ -116,27 +117,43 @@ def _owned(named: Named, st: StageLayout, v: int, what: str) -> Spec:
     return spec
 
 
-def _overrides(problem: Any, stages: list[StageLayout], shardings: Any) -> list[dict[int, Spec]]:
-    """Per stage, the plan's specs as propagation overrides ``{sub value id: spec}`` (module doc)."""
+def _argument_reads(graph: Any) -> list[tuple[int, int]]:
+    """(op, argument index) of every op operand of ``graph`` that is an argument."""
+    index = {a.value: a.index for a in graph.args}
+    return [(op, index[v]) for op, vals in enumerate(graph_operands(graph)) for v in vals if v in index]
+
+
+def _op_owners(num_ops: int, stage_ops: Sequence[np.ndarray]) -> np.ndarray:
+    """The stage of every original op (-1: none), from each stage's original op ids."""
+    owner = np.full(num_ops, -1, np.int64)
+    for k, ops in enumerate(stage_ops):
+        owner[ops] = k
+    return owner
+
+
+def _overrides(problem: Any, stages: list[StageLayout], shardings: Any, owner: np.ndarray) -> list[dict[int, Spec]]:
+    """Per stage, the plan's specs as propagation overrides ``{sub value id: spec}`` (module doc); ``owner``:
+    the stage of every original op."""
     original = problem.original
     outputs = original.outputs or ()
     over: list[dict[int, Spec]] = [{} for _ in stages]
+    arg_owner = argument_owners(owner, _argument_reads(original))
     for i, entries in sorted(shardings.args.items()):
         i, named = int(i), _named(entries)
         holders = [(st, pos) for st in stages for pos in np.flatnonzero(st.map.args == i).tolist()]
         if not 0 <= i < len(original.args):
             raise ValueError(f"the plan shards argument {i}, but the model has {len(original.args)} arguments")
+        first = arg_owner.get(i, holders[0][0].index if holders else -1)
         for st, pos in holders:
             v = st.tables.graph.args[pos].value
             what = f"argument {i} ({original.args[i].name})"
-            over[st.index][v] = (_owned(named, st, v, what) if st is holders[0][0] else
+            over[st.index][v] = (_owned(named, st, v, what) if st.index == first else
                                  restrict(named, st.names, st.mesh.axis_sizes, st.tables.shapes[v]))
     for (op, r), entries in sorted(shardings.values.items()):
         op, r, named = int(op), int(r), _named(entries)
         if not 0 <= op < original.num_nodes or not 0 <= r < len(outputs[op]):
             raise ValueError(f"the plan constrains op {op} result {r}, which the model does not have "
                              f"({original.num_nodes} ops)")
-        owner = _owner_of(stages, op)
         for st in stages:
             sub = st.map.op_of(op)
             if sub is None:
@@ -144,18 +161,9 @@ def _overrides(problem: Any, stages: list[StageLayout], shardings: Any) -> list[
             g = st.tables.graph
             v = int(np.flatnonzero((g.value_node == sub) & (g.value_index == r))[0])
             what = f"op {op} result {r} ({original.op_name[op]})"
-            over[st.index][v] = (_owned(named, st, v, what) if st.index == owner else
+            over[st.index][v] = (_owned(named, st, v, what) if st.index == int(owner[op]) else
                                  restrict(named, st.names, st.mesh.axis_sizes, st.tables.shapes[v]))
     return over
-
-
-def _owner_of(stages: list[StageLayout], op: int) -> int:
-    """The stage whose own ops (the coarse nodes assigned to it) include original op ``op``."""
-    for st in stages:
-        k = int(np.searchsorted(st.ops, op))
-        if k < len(st.ops) and int(st.ops[k]) == op:
-            return st.index
-    return -1
 
 
 def _received(original: Any, stages: list[StageLayout], props: list[Propagation], owner: np.ndarray,
@@ -184,10 +192,8 @@ def stage_layouts(problem: Any, solution: Any) -> list[StageLayout]:
             raise ValueError(f"stage {k} has no nodes")
         mesh, names = stage_mesh(problem.topology, stage)
         stages.append(StageLayout(k, ops[k], mesh, names, stage_tables(problem, ops[k], mesh), {}))
-    over = _overrides(problem, stages, solution.shardings)
-    owner = np.full(problem.original.num_nodes, -1, np.int64)
-    for st in stages:
-        owner[st.ops] = st.index
+    owner = _op_owners(problem.original.num_nodes, ops)
+    over = _overrides(problem, stages, solution.shardings, owner)
     props = [Propagation(st.tables, over[st.index]) for st in stages]
     S = len(stages)
     sweeps = [list(range(S)), list(range(S - 1, -1, -1))]
@@ -214,8 +220,10 @@ def stages_solution(problem: Any, assignment: np.ndarray, layouts: Sequence[tupl
 
     stages, args, values = [], {}, {}
     backward, vnode = problem.original.backward, problem.original.value_node
-    held: set[int] = set()  # arguments an earlier stage holds (and so owns)
-    for tables, specs in layouts:
+    op_owner = _op_owners(problem.original.num_nodes, stage_op_ids(problem, assignment, len(layouts)))
+    arg_owner = argument_owners(op_owner, _argument_reads(problem.original))
+    held: set[int] = set()  # arguments an earlier stage holds (the owner of one that no stage's own op reads)
+    for k, (tables, specs) in enumerate(layouts):
         m = stage_map(tables.graph)
         if m is None:
             raise ValueError("stages_solution requires stage tables (planmap.sharding.stage.stage_tables)")
@@ -235,7 +243,7 @@ def stages_solution(problem: Any, assignment: np.ndarray, layouts: Sequence[tupl
             node = int(g.value_node[v])
             if node < 0:
                 i = int(m.args[next(a.index for a in g.args if a.value == v)])
-                if i >= 0 and i not in held:
+                if i >= 0 and arg_owner.get(i, k if i not in held else -1) == k:
                     args[i] = entries
             elif m.own[node]:
                 values[(int(m.ops[node]), int(g.value_index[v]))] = entries
