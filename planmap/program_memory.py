@@ -1,0 +1,169 @@
+"""The memory of a stage's compiled program, as XLA allocates it: arguments, outputs and temporaries.
+
+A stage runs as one or more compiled programs (segments: the stage's ops when no path leaves the
+stage and comes back, else each run of consecutive op ids, as :mod:`planmap.runtime.segments` forms
+them; a training stage is usually one forward and one backward program). For each program XLA's
+``memory_analysis()`` reports the bytes of its arguments, its outputs and its temporaries (a heap
+simulation over the values it materialises, in schedule order). This module predicts the same three
+terms per segment, on the op-level graph (the coarse nodes the solvers see hide which values are
+materialised), and the stage's footprint is the largest segment (segments run one after another):
+
+- **arguments**: every value the segment reads and does not compute (parameters, data, values other
+  segments send), once each, whatever the number of readers;
+- **outputs**: values of its own ops that another segment reads (or the model returns). Cheap ops
+  (:mod:`planmap.frontend.recompute`) are rebuilt by each segment that reads them, so they are never
+  outputs nor arguments;
+- **temporaries**: the peak of the other values alive at once, each from its op to its last reader,
+  counting only the values XLA materialises. XLA fuses elementwise and shape ops (and the cheap
+  recomputed ops) into their consumers, so such a value has no buffer of its own unless a kernel
+  that cannot fuse it reads it (``dot_general``, ``convolution`` and the other :data:`KERNEL_OPS`
+  take materialised operands) or it leaves the segment. A fused value keeps the buffers it was
+  computed from alive until its own last reader runs (the fusion reads them).
+
+Per device the bytes are divided by how the stage's layout splits each value (see
+:func:`stage_program_bytes`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planmap.frontend.recompute import recomputed_nodes
+from planmap.graph import OpGraph
+
+__all__ = ["KERNEL_OPS", "segments_of", "segment_bytes", "stage_program_bytes"]
+
+# Ops XLA runs as kernels of their own (library calls, reductions, data movement with index math):
+# their results are buffers, and their operands are materialised before they run.
+KERNEL_OPS = frozenset({
+    "stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution", "stablehlo.reduce",
+    "stablehlo.reduce_window", "stablehlo.select_and_scatter", "stablehlo.gather", "stablehlo.scatter",
+    "stablehlo.sort", "stablehlo.custom_call", "stablehlo.while", "stablehlo.case", "stablehlo.if",
+    "stablehlo.fft", "stablehlo.triangular_solve", "stablehlo.cholesky", "stablehlo.dynamic_update_slice",
+    "stablehlo.all_reduce", "stablehlo.all_gather", "stablehlo.reduce_scatter", "stablehlo.all_to_all",
+    "stablehlo.collective_permute", "stablehlo.rng_bit_generator", "func.call",
+})
+
+
+def segments_of(graph: OpGraph, op_group: np.ndarray, k: int) -> list[np.ndarray]:
+    """Op ids of each program of group ``k``: all its ops when the group is convex (no path leaves it
+    and comes back), else each run of consecutive op ids (the runtime's rule)."""
+    ops = np.flatnonzero(op_group == k)
+    if len(ops) == 0:
+        return []
+    indptr, preds = graph.pred
+    left = np.zeros(graph.num_nodes, bool)  # an op outside k reachable from k
+    convex = True
+    for i in range(int(ops[0]), graph.num_nodes):
+        p = preds[indptr[i]: indptr[i + 1]]
+        if op_group[i] == k:
+            if left[p].any():
+                convex = False
+                break
+        else:
+            left[i] = bool((op_group[p] == k).any() or left[p].any())
+    if convex:
+        return [ops]
+    return np.split(ops, np.flatnonzero(np.diff(ops) != 1) + 1)
+
+
+def _recomputed_closure(graph: OpGraph, own: np.ndarray, cheap: np.ndarray) -> np.ndarray:
+    """(n,) bool: ``own`` plus the cheap ops its ops read, transitively (rebuilt in the segment)."""
+    kept = own.copy()
+    indptr, preds = graph.pred
+    for i in np.flatnonzero(own)[::-1]:
+        stack = [int(p) for p in preds[indptr[i]: indptr[i + 1]] if cheap[p] and not kept[p]]
+        while stack:
+            j = stack.pop()
+            if kept[j]:
+                continue
+            kept[j] = True
+            stack.extend(int(p) for p in preds[indptr[j]: indptr[j + 1]] if cheap[p] and not kept[p])
+    return kept
+
+
+def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None = None,
+                  split: np.ndarray | None = None) -> dict[str, float]:
+    """``params``, ``inputs``, ``outputs`` and ``temp`` bytes of the program of the ops ``own`` ((n,)
+    bool, an op-level graph); ``split`` (values,) divides each value's bytes (its shards per device)."""
+    g = graph
+    cheap = recomputed_nodes(g) if cheap is None else cheap
+    kept = _recomputed_closure(g, own, cheap)
+    nbytes = g.value_bytes.astype(float) / (1.0 if split is None else split)
+    src, val, dst = g.edge_src.astype(np.int64), g.edge_value.astype(np.int64), g.edge_dst.astype(np.int64)
+    into = kept[dst]
+    made_here = np.zeros(g.num_values, bool)
+    prod = g.value_node.astype(np.int64)
+    made_here[prod >= 0] = kept[prod[prod >= 0]]
+    read = np.unique(val[into & ~made_here[val]])
+    is_param = np.zeros(g.num_values, bool)
+    is_param[g.param_values] = True
+    leaves = np.zeros(g.num_values, bool)
+    away = (src >= 0) & own[np.maximum(src, 0)] & ~kept[dst] & ~cheap[np.maximum(src, 0)]
+    leaves[val[away]] = True
+    leaves[np.asarray(g.results, np.int64)] = True
+    leaves &= made_here & ~cheap[np.maximum(prod, 0)]
+    kernel = np.fromiter((k in KERNEL_OPS for k in g.kind), bool, g.num_nodes)
+    mat = made_here & (kernel[np.maximum(prod, 0)] | leaves)
+    mat[val[into & kernel[dst] & made_here[val]]] = True
+    last = _last_reads(g, kept, mat)
+    last[leaves] = g.num_nodes - 1  # outputs stay until the program returns
+    temp = max(_peak(g, mat, last, nbytes) - float(nbytes[leaves].sum()), 0.0)
+    return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
+            "outputs": float(nbytes[leaves].sum()), "temp": temp}
+
+
+def _last_reads(g: OpGraph, kept: np.ndarray, mat: np.ndarray) -> np.ndarray:
+    """(values,) the last ``kept`` op that reads each materialised value (-1: none); a fused (not
+    materialised) value's readers read the buffers it is computed from."""
+    last = np.full(g.num_values, -1, np.int64)
+    indptr, vals = _in_values(g)
+    sources: dict[int, set[int]] = {}
+    for i in np.flatnonzero(kept):
+        acc: set[int] = set()
+        for v in vals[indptr[i]: indptr[i + 1]]:
+            v = int(v)
+            acc |= {v} if mat[v] or g.value_node[v] < 0 else sources.get(v, set())
+        for s in acc:
+            last[s] = i
+        for v in np.flatnonzero(g.value_node == i):
+            if not mat[v]:
+                sources[int(v)] = acc
+    return last
+
+
+def _peak(g: OpGraph, counted: np.ndarray, last: np.ndarray, nbytes: np.ndarray) -> float:
+    """Most bytes of ``counted`` values alive at once, each from its op to ``last``."""
+    live = np.flatnonzero(counted)
+    if not len(live):
+        return 0.0
+    start = g.value_node[live].astype(np.int64)
+    end = np.maximum(last[live], start)
+    delta = np.zeros(g.num_nodes + 1)
+    np.add.at(delta, start, nbytes[live])
+    np.add.at(delta, end + 1, -nbytes[live])
+    return float(np.cumsum(delta).max())
+
+
+def _in_values(g: OpGraph) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the values each op reads (by op id)."""
+    order = np.argsort(g.edge_dst, kind="stable")
+    indptr = np.zeros(g.num_nodes + 1, np.int64)
+    np.add.at(indptr, g.edge_dst.astype(np.int64) + 1, 1)
+    return np.cumsum(indptr), g.edge_value[order].astype(np.int64)
+
+
+def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *,
+                        split: np.ndarray | None = None) -> dict[str, float]:
+    """The largest program of group ``k`` (by total bytes) on an op-level graph: its ``params``,
+    ``inputs``, ``outputs``, ``temp``, per device when ``split`` gives each value's shard count."""
+    cheap = recomputed_nodes(graph)
+    best = {"params": 0.0, "inputs": 0.0, "outputs": 0.0, "temp": 0.0}
+    for ops in segments_of(graph, np.asarray(op_group), k):
+        own = np.zeros(graph.num_nodes, bool)
+        own[ops] = True
+        own &= ~cheap
+        part = segment_bytes(graph, own, cheap=cheap, split=split)
+        if sum(part.values()) > sum(best.values()):
+            best = part
+    return best
