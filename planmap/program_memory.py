@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from planmap.frontend.coarsening import is_cheap
 from planmap.frontend.recompute import recomputed_nodes
 from planmap.graph import OpGraph
 
-__all__ = ["KERNEL_OPS", "segments_of", "segment_bytes", "stage_program_bytes"]
+__all__ = ["KERNEL_OPS", "kernels", "segments_of", "segment_bytes", "stage_program_bytes"]
 
 # Ops XLA runs as kernels of their own (library calls, reductions, data movement with index math):
 # their results are buffers, and their operands are materialised before they run.
@@ -41,8 +42,19 @@ KERNEL_OPS = frozenset({
     "stablehlo.sort", "stablehlo.custom_call", "stablehlo.while", "stablehlo.case", "stablehlo.if",
     "stablehlo.fft", "stablehlo.triangular_solve", "stablehlo.cholesky", "stablehlo.dynamic_update_slice",
     "stablehlo.all_reduce", "stablehlo.all_gather", "stablehlo.reduce_scatter", "stablehlo.all_to_all",
-    "stablehlo.collective_permute", "stablehlo.rng_bit_generator", "func.call",
+    "stablehlo.collective_permute", "stablehlo.rng_bit_generator",
 })
+_CALLS = frozenset({"func.call", "stablehlo.composite"})
+
+
+def kernels(graph: OpGraph) -> np.ndarray:
+    """(n,) bool: ops whose results XLA materialises and whose operands it materialises before they
+    run: :data:`KERNEL_OPS`, and calls of functions with real arithmetic. XLA inlines calls, so a call
+    of a pointwise function (``relu``, ``where``: fewer FLOPs than bytes, the coarsening's rule)
+    fuses like the elementwise ops it holds."""
+    return np.fromiter((k in KERNEL_OPS or (k in _CALLS and not is_cheap(k, f, b))
+                        for k, f, b in zip(graph.kind, graph.flops, graph.bytes_accessed, strict=True)),
+                       bool, graph.num_nodes)
 
 
 def segments_of(graph: OpGraph, op_group: np.ndarray, k: int) -> list[np.ndarray]:
@@ -103,12 +115,11 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     leaves[val[away]] = True
     leaves[np.asarray(g.results, np.int64)] = True
     leaves &= made_here & ~cheap[np.maximum(prod, 0)]
-    kernel = np.fromiter((k in KERNEL_OPS for k in g.kind), bool, g.num_nodes)
+    kernel = kernels(g)
     mat = made_here & (kernel[np.maximum(prod, 0)] | leaves)
     mat[val[into & kernel[dst] & made_here[val]]] = True
     last = _last_reads(g, kept, mat)
-    last[leaves] = g.num_nodes - 1  # outputs stay until the program returns
-    temp = max(_peak(g, mat, last, nbytes) - float(nbytes[leaves].sum()), 0.0)
+    temp = _temp_bytes(g, np.flatnonzero(mat & ~leaves), np.flatnonzero(leaves), last, nbytes)
     return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
             "outputs": float(nbytes[leaves].sum()), "temp": temp}
 
@@ -132,16 +143,30 @@ def _last_reads(g: OpGraph, kept: np.ndarray, mat: np.ndarray) -> np.ndarray:
     return last
 
 
-def _peak(g: OpGraph, counted: np.ndarray, last: np.ndarray, nbytes: np.ndarray) -> float:
-    """Most bytes of ``counted`` values alive at once, each from its op to ``last``."""
-    live = np.flatnonzero(counted)
-    if not len(live):
+def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarray, nbytes: np.ndarray) -> float:
+    """XLA's temporary bytes: its buffer assigner takes values largest first and puts a temporary in
+    the smallest output buffer that is large enough and holds nothing live at the same time (an output
+    is live from its op to the end; a temporary from its op to its last reader); the temporaries left
+    over share one heap whose size is the most of them alive at once."""
+    start = g.value_node.astype(np.int64)
+    end = np.maximum(last, start)
+    rooms = sorted(((float(nbytes[v]), int(v)) for v in outs), reverse=True)
+    held: list[list[tuple[int, int]]] = [[(int(start[v]), g.num_nodes)] for _, v in rooms]
+    rest = []
+    for v in sorted(temps.tolist(), key=lambda v: (-nbytes[v], v)):
+        a, b = int(start[v]), int(end[v])
+        for r in range(len(rooms) - 1, -1, -1):
+            if rooms[r][0] >= nbytes[v] and all(b < lo or a > hi for lo, hi in held[r]):
+                held[r].append((a, b))
+                break
+        else:
+            rest.append(v)
+    if not rest:
         return 0.0
-    start = g.value_node[live].astype(np.int64)
-    end = np.maximum(last[live], start)
+    rest_a = np.asarray(rest, np.int64)
     delta = np.zeros(g.num_nodes + 1)
-    np.add.at(delta, start, nbytes[live])
-    np.add.at(delta, end + 1, -nbytes[live])
+    np.add.at(delta, start[rest_a], nbytes[rest_a])
+    np.add.at(delta, end[rest_a] + 1, -nbytes[rest_a])
     return float(np.cumsum(delta).max())
 
 
