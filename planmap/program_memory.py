@@ -119,7 +119,9 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     mat = made_here & (kernel[np.maximum(prod, 0)] | leaves)
     mat[val[into & kernel[dst] & made_here[val]]] = True
     last = _last_reads(g, kept, mat)
-    temp = _temp_bytes(g, np.flatnonzero(mat & ~leaves), np.flatnonzero(leaves), last, nbytes)
+    temps = np.flatnonzero(mat & ~leaves)
+    extra = _transposed_copies(g, kept, kernel, nbytes)
+    temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra)
     return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
             "outputs": float(nbytes[leaves].sum()), "temp": temp}
 
@@ -143,7 +145,42 @@ def _last_reads(g: OpGraph, kept: np.ndarray, mat: np.ndarray) -> np.ndarray:
     return last
 
 
-def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarray, nbytes: np.ndarray) -> float:
+def _shape(g: OpGraph, v: int) -> tuple[int, ...]:
+    n = int(g.value_node[v])
+    if n < 0:
+        return tuple(g.args[int(g.value_index[v])].type.shape)
+    return tuple(g.outputs[n][int(g.value_index[v])].shape) if g.outputs is not None else ()
+
+
+def _transposed_copies(g: OpGraph, kept: np.ndarray, kernel: np.ndarray,
+                       nbytes: np.ndarray) -> list[tuple[int, int, float]]:
+    """``(first op, last op, bytes)`` of the transposed copies XLA's CPU layout assignment makes for
+    weight-gradient products: a ``dot_general`` contracting the leading dims of both operands
+    (``dY^T X`` over the batch) reads its left operand with the contraction dims minor: a transposed
+    copy, alive from the operand's op to the product, unless the operand is a fused value read by
+    this product only (then the fusion writes that layout)."""
+    if g.operands is None or g.dims is None:
+        return []
+    out = []
+    for i in np.flatnonzero(kept):
+        d = g.dims[i]
+        if g.kind[i] != "stablehlo.dot_general" or d is None or not d.lhs_contracting:
+            continue
+        ops = g.operands[i]
+        lead = all(tuple(c) == tuple(range(len(b), len(b) + len(c)))
+                   for b, c in ((d.lhs_batch, d.lhs_contracting), (d.rhs_batch, d.rhs_contracting)))
+        if not lead or any(len(_shape(g, v)) == len(c) for v, c in zip(ops, (d.lhs_contracting, d.rhs_contracting))):
+            continue
+        v = int(ops[0])
+        made = int(g.value_node[v])
+        if made >= 0 and kept[made] and not kernel[made] and np.count_nonzero(g.edge_value == v) == 1:
+            continue
+        out.append((made if made >= 0 and kept[made] else int(i), int(i), float(nbytes[v])))
+    return out
+
+
+def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarray, nbytes: np.ndarray,
+                extra: list[tuple[int, int, float]]) -> float:
     """XLA's temporary bytes: its buffer assigner takes values largest first and puts a temporary in
     the smallest output buffer that is large enough and holds nothing live at the same time (an output
     is live from its op to the end; a temporary from its op to its last reader); the temporaries left
@@ -161,12 +198,15 @@ def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarra
                 break
         else:
             rest.append(v)
-    if not rest:
+    if not rest and not extra:
         return 0.0
     rest_a = np.asarray(rest, np.int64)
     delta = np.zeros(g.num_nodes + 1)
     np.add.at(delta, start[rest_a], nbytes[rest_a])
     np.add.at(delta, end[rest_a] + 1, -nbytes[rest_a])
+    for a, b, size in extra:
+        delta[a] += size
+        delta[b + 1] -= size
     return float(np.cumsum(delta).max())
 
 
