@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from planmap.frontend.coarsening import is_cheap
 from planmap.frontend.recompute import recomputed_nodes
 from planmap.graph import OpGraph
 
@@ -45,16 +44,24 @@ KERNEL_OPS = frozenset({
     "stablehlo.collective_permute", "stablehlo.rng_bit_generator",
 })
 _CALLS = frozenset({"func.call", "stablehlo.composite"})
+_POINTWISE_FLOPS = 2.0  # FLOPs per result element up to which a call without a dim map is elementwise
 
 
 def kernels(graph: OpGraph) -> np.ndarray:
     """(n,) bool: ops whose results XLA materialises and whose operands it materialises before they
-    run: :data:`KERNEL_OPS`, and calls of functions with real arithmetic. XLA inlines calls, so a call
-    of a pointwise function (``relu``, ``where``: fewer FLOPs than bytes, the coarsening's rule)
-    fuses like the elementwise ops it holds."""
-    return np.fromiter((k in KERNEL_OPS or (k in _CALLS and not is_cheap(k, f, b))
-                        for k, f, b in zip(graph.kind, graph.flops, graph.bytes_accessed, strict=True)),
-                       bool, graph.num_nodes)
+    run: :data:`KERNEL_OPS`, and calls that hold more than elementwise code. XLA inlines calls, so a
+    call of a pointwise function (``relu``, ``where``) fuses like the elementwise ops it holds. The
+    op-level graph does not keep callee bodies, so a call counts as elementwise when the front end
+    gave it an elementwise dim map, or when it does at most two FLOPs per result element (a select or
+    a mask broadcast); ``log_softmax`` and its gradient do more (exp, log, sums) and hold reductions."""
+    maps = graph.dim_maps
+    out = np.fromiter((k in KERNEL_OPS for k in graph.kind), bool, graph.num_nodes)
+    for i in (i for i, k in enumerate(graph.kind) if k in _CALLS):
+        if maps is not None and maps[i] is not None:
+            continue
+        elems = sum(float(np.prod(t.shape)) for t in graph.outputs[i]) if graph.outputs is not None else 0.0
+        out[i] = graph.flops[i] > _POINTWISE_FLOPS * max(elems, 1.0)
+    return out
 
 
 def segments_of(graph: OpGraph, op_group: np.ndarray, k: int) -> list[np.ndarray]:
@@ -169,7 +176,7 @@ def _transposed_copies(g: OpGraph, kept: np.ndarray, kernel: np.ndarray,
         ops = g.operands[i]
         lead = all(tuple(c) == tuple(range(len(b), len(b) + len(c)))
                    for b, c in ((d.lhs_batch, d.lhs_contracting), (d.rhs_batch, d.rhs_contracting)))
-        if not lead or any(len(_shape(g, v)) == len(c) for v, c in zip(ops, (d.lhs_contracting, d.rhs_contracting))):
+        if not lead or len(_shape(g, int(ops[0]))) == len(d.lhs_contracting):
             continue
         v = int(ops[0])
         made = int(g.value_node[v])
