@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from planmap.frontend.recompute import recomputed_nodes
-from planmap.graph import OpGraph
+from planmap.graph import DimRoles, OpGraph
 
 __all__ = ["KERNEL_OPS", "kernels", "segments_of", "segment_bytes", "stage_program_bytes"]
 
@@ -127,7 +127,7 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     mat[val[into & kernel[dst] & made_here[val]]] = True
     last = _last_reads(g, kept, mat)
     temps = np.flatnonzero(mat & ~leaves)
-    extra = _transposed_copies(g, kept, kernel, nbytes)
+    extra = _layout_copies(g, kept, kernel, nbytes)
     temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra)
     return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
             "outputs": float(nbytes[leaves].sum()), "temp": temp}
@@ -159,30 +159,53 @@ def _shape(g: OpGraph, v: int) -> tuple[int, ...]:
     return tuple(g.outputs[n][int(g.value_index[v])].shape) if g.outputs is not None else ()
 
 
-def _transposed_copies(g: OpGraph, kept: np.ndarray, kernel: np.ndarray,
-                       nbytes: np.ndarray) -> list[tuple[int, int, float]]:
-    """``(first op, last op, bytes)`` of the transposed copies XLA's CPU layout assignment makes for
-    weight-gradient products: a ``dot_general`` contracting the leading dims of both operands
-    (``dY^T X`` over the batch) reads its left operand with the contraction dims minor: a transposed
-    copy, alive from the operand's op to the product, unless the operand is a fused value read by
-    this product only (then the fusion writes that layout)."""
+def _conv_layouts(d: DimRoles, rank: int) -> tuple[bool, bool, bool]:
+    """Whether a convolution's input, kernel and result are in the layouts XLA's CPU convolution
+    takes (``b01f`` input and result, ``01io`` kernel): the gradient of a kernel convolves the input
+    with its batch and feature dims swapped, so both operands and the result are transposed."""
+    spatial = tuple(range(1, rank - 1))
+    lhs = d.lhs_batch == (0,) and d.lhs_spatial == spatial and d.lhs_contracting == (rank - 1,)
+    rhs = d.rhs_spatial == tuple(range(rank - 2)) and d.rhs_contracting == (rank - 2,) and d.rhs_free == (rank - 1,)
+    out = d.out_batch == (0,) and d.out_spatial == spatial and d.out_rhs_free == (rank - 1,)
+    return lhs, rhs, out
+
+
+def _layout_copies(g: OpGraph, kept: np.ndarray, kernel: np.ndarray,
+                   nbytes: np.ndarray) -> list[tuple[int, int, float]]:
+    """``(first op, last op, bytes)`` of the transposed copies XLA's CPU layout assignment makes:
+
+    - a ``dot_general`` contracting the leading dims of both operands (a weight gradient ``dY^T X``
+      over the batch) reads its left operand with the contraction dims minor;
+    - a ``convolution`` reads its operands in :func:`_conv_layouts` and writes its result so (a
+      kernel gradient: both operands and the result are copied; an input gradient: the kernel).
+
+    An operand copy is not needed when the operand is a fused value read by this op only (the fusion
+    writes that layout). It lives from the operand's op (the segment's first op for an argument:
+    XLA schedules copies of parameters first) to the op; a result copy lives at the op only."""
     if g.operands is None or g.dims is None:
         return []
+    first = int(np.flatnonzero(kept)[0]) if kept.any() else 0
     out = []
     for i in np.flatnonzero(kept):
-        d = g.dims[i]
-        if g.kind[i] != "stablehlo.dot_general" or d is None or not d.lhs_contracting:
+        d, kind = g.dims[i], g.kind[i]
+        if d is None or kind not in ("stablehlo.dot_general", "stablehlo.convolution"):
             continue
-        ops = g.operands[i]
-        lead = all(tuple(c) == tuple(range(len(b), len(b) + len(c)))
-                   for b, c in ((d.lhs_batch, d.lhs_contracting), (d.rhs_batch, d.rhs_contracting)))
-        if not lead or len(_shape(g, int(ops[0]))) == len(d.lhs_contracting):
-            continue
-        v = int(ops[0])
-        made = int(g.value_node[v])
-        if made >= 0 and kept[made] and not kernel[made] and np.count_nonzero(g.edge_value == v) == 1:
-            continue
-        out.append((made if made >= 0 and kept[made] else int(i), int(i), float(nbytes[v])))
+        ops = [int(v) for v in g.operands[i][:2]]
+        if kind == "stablehlo.convolution":
+            lhs, rhs, res = _conv_layouts(d, len(_shape(g, ops[0])))
+            copies = [v for v, ok in zip(ops, (lhs, rhs), strict=True) if not ok]
+            if not res:
+                out.append((int(i), int(i), float(sum(nbytes[np.flatnonzero(g.value_node == i)]))))
+        else:
+            lead = all(tuple(c) == tuple(range(len(b), len(b) + len(c)))
+                       for b, c in ((d.lhs_batch, d.lhs_contracting), (d.rhs_batch, d.rhs_contracting)))
+            copies = [ops[0]] if lead and d.lhs_contracting and len(_shape(g, ops[0])) > len(d.lhs_contracting) else []
+        for v in copies:
+            made = int(g.value_node[v])
+            inside = made >= 0 and kept[made]
+            if inside and not kernel[made] and np.count_nonzero(g.edge_value == v) == 1:
+                continue
+            out.append((made if inside else first, int(i), float(nbytes[v])))
     return out
 
 
