@@ -26,12 +26,15 @@ Per device the bytes are divided by how the stage's layout splits each value (se
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from planmap.frontend.recompute import recomputed_nodes
 from planmap.graph import DimRoles, OpGraph
 
-__all__ = ["KERNEL_OPS", "kernels", "segments_of", "segment_bytes", "stage_program_bytes"]
+__all__ = ["KERNEL_OPS", "kernels", "segments_of", "segment_bytes", "stage_program_bytes", "value_shards",
+           "plan_program_bytes"]
 
 # Ops XLA runs as kernels of their own (library calls, reductions, data movement with index math):
 # their results are buffers, and their operands are materialised before they run.
@@ -262,3 +265,33 @@ def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *,
         if sum(part.values()) > sum(best.values()):
             best = part
     return best
+
+
+def value_shards(problem: Any, solution: Any) -> list[np.ndarray | None]:
+    """Per stage of ``solution``, (values,) how many shards each value of the op-level graph is cut into
+    on one device of the stage (1 = whole), from the stage's complete layout; None for a stage without
+    a layout (one device, or a plan without shardings)."""
+    from planmap.sharding.specs import shards
+    from planmap.sharding.stage_layout import stage_layouts
+
+    if solution.shardings is None or all(len(st.devices) == 1 for st in solution.stages):
+        return [None] * solution.num_stages
+    out: list[np.ndarray | None] = []
+    for st in stage_layouts(problem, solution):
+        sizes = st.mesh.axis_sizes
+        split = np.ones(problem.original.num_values)
+        for w, spec in st.layout.items():
+            split[int(st.map.values[w])] = float(shards(spec, sizes))
+        out.append(split if (split > 1).any() else None)
+    return out
+
+
+def plan_program_bytes(problem: Any, solution: Any) -> list[dict[str, float]]:
+    """Per stage of ``solution``: :func:`stage_program_bytes` on one of its devices, on the problem's
+    op-level graph (``problem.original``), each value divided by its shards under the stage's layout."""
+    g = problem.graph
+    op_group = np.full(problem.original.num_nodes, -1, np.int64)
+    for i, k in enumerate(np.asarray(solution.assignment).tolist()):
+        op_group[g.members_of(i)] = k
+    splits = value_shards(problem, solution)
+    return [stage_program_bytes(problem.original, op_group, k, split=splits[k]) for k in range(solution.num_stages)]
