@@ -223,7 +223,7 @@ def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarra
     rooms = sorted(((float(nbytes[v]), int(v)) for v in outs), reverse=True)
     held: list[list[tuple[int, int]]] = [[(int(start[v]), g.num_nodes)] for _, v in rooms]
     rest = []
-    for v in sorted(temps.tolist(), key=lambda v: (-nbytes[v], v)):
+    for v in sorted(temps.tolist(), key=lambda v: (-nbytes[v], start[v] - end[v], v)):
         a, b = int(start[v]), int(end[v])
         for r in range(len(rooms) - 1, -1, -1):
             if rooms[r][0] >= nbytes[v] and all(b < lo or a > hi for lo, hi in held[r]):
