@@ -13,15 +13,23 @@ materialised), and the stage's footprint is the largest segment (segments run on
 - **outputs**: values of its own ops that another segment reads (or the model returns). Cheap ops
   (:mod:`planmap.frontend.recompute`) are rebuilt by each segment that reads them, so they are never
   outputs nor arguments;
-- **temporaries**: the peak of the other values alive at once, each from its op to its last reader,
-  counting only the values XLA materialises. XLA fuses elementwise and shape ops (and the cheap
-  recomputed ops) into their consumers, so such a value has no buffer of its own unless a kernel
-  that cannot fuse it reads it (``dot_general``, ``convolution`` and the other :data:`KERNEL_OPS`
-  take materialised operands) or it leaves the segment. A fused value keeps the buffers it was
-  computed from alive until its own last reader runs (the fusion reads them).
+- **temporaries**: what XLA's buffer assigner needs for the other values it materialises. XLA fuses
+  elementwise and shape ops (and the cheap recomputed ops, and calls of pointwise functions) into
+  their consumers, so such a value has no buffer of its own unless a kernel that cannot fuse it
+  reads it (``dot_general``, ``convolution`` and the other :data:`KERNEL_OPS` take materialised
+  operands, :func:`kernels`) or it leaves the segment; a fused value keeps the buffers it is computed
+  from alive until its own last reader runs. A temporary lives from its op to its last reader (ops
+  in id order), and goes into an output buffer it fits and does not overlap in time, or else into
+  one heap (:func:`_temp_bytes`); the transposed copies XLA's CPU layout assignment adds for weight
+  gradients are temporaries too (:func:`_layout_copies`).
 
-Per device the bytes are divided by how the stage's layout splits each value (see
-:func:`stage_program_bytes`).
+Per device, each value's bytes are divided by its shards under the stage's layout
+(:func:`value_shards`); :func:`plan_program_bytes` does all of this for every stage of a solution.
+
+What this does not follow (``bench/results/memory.md`` gives the numbers): XLA's scheduler may run
+ops in another order than their ids (a loss's one-hot labels are built first and stay alive), and a
+stage whose runtime layout differs from the plan's (a replicated stage the plan shards) allocates
+what runs, not what the plan says.
 """
 
 from __future__ import annotations
@@ -141,6 +149,9 @@ def _last_reads(g: OpGraph, kept: np.ndarray, mat: np.ndarray) -> np.ndarray:
     materialised) value's readers read the buffers it is computed from."""
     last = np.full(g.num_values, -1, np.int64)
     indptr, vals = _in_values(g)
+    made = g.value_node.astype(np.int64)
+    by_op = np.argsort(made, kind="stable")
+    out_ptr = np.searchsorted(made[by_op], np.arange(g.num_nodes + 1))
     sources: dict[int, set[int]] = {}
     for i in np.flatnonzero(kept):
         acc: set[int] = set()
@@ -149,7 +160,7 @@ def _last_reads(g: OpGraph, kept: np.ndarray, mat: np.ndarray) -> np.ndarray:
             acc |= {v} if mat[v] or g.value_node[v] < 0 else sources.get(v, set())
         for s in acc:
             last[s] = i
-        for v in np.flatnonzero(g.value_node == i):
+        for v in by_op[out_ptr[i]: out_ptr[i + 1]]:
             if not mat[v]:
                 sources[int(v)] = acc
     return last
