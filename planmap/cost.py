@@ -15,6 +15,13 @@ forward nodes cost twice: they run again in the backward pass), and a per-node w
 inputs and outputs). Under the graph's ``node-sizes`` memory model
 (:attr:`planmap.graph.OpGraph.memory_model`) the stash and the working set are zero: a node's size is
 its whole footprint, and every solver reads these columns.
+
+These linear terms are what the solvers constrain and the evaluator records in plans; what XLA
+allocates for a stage's compiled program is :mod:`planmap.program_memory` (liveness on the op-level
+graph, fusion, buffer reuse, layout copies). They differ by construction: the linear terms count a
+stage's received and sent activations only inside one node's working set, the stash at the full
+size of every forward result the backward reads, and no temporary beyond the largest single node;
+``bench/results/memory.md`` gives both against XLA per stage.
 """
 
 from __future__ import annotations
