@@ -9,9 +9,10 @@ backward segment), for one microbatch, with the weights as arguments; the optimi
 activations of other in-flight microbatches live outside it. So the table compares the *program*
 footprint, for one microbatch on one device of the stage:
 
-- live: :meth:`planmap.cost.CostModel.program_bytes`, the parameters the stage reads, the data and
-  crossing values it receives, the values it sends (and results), and the peak of its other values
-  alive at once (liveness over its nodes);
+- live: :func:`planmap.program_memory.plan_program_bytes`, per compiled program of the stage on the
+  op-level graph: the parameters it reads, the data and crossing values it receives, the values it
+  sends (and results), and the temporaries of the values XLA materialises (fusion, its buffer
+  assigner, layout copies), per device under the stage's layout;
 - linear: what the evaluator and the solvers add up for the same microbatch (weights, plus gradients
   in training, node state, the stash of one microbatch, the largest single-node working set);
 - XLA: the largest ``argument + output + temp - alias`` over the stage's segments (segments of one
@@ -41,16 +42,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SPECS = ("mlp-latency-cpu4acc", "gpt-8dev", "gpt-train-8dev", "cnn-tpu", "gpt-train-2host", "cnn-train-mixed")
 
 
-def predicted_program(problem, solution, k: int) -> dict[str, float]:
+def predicted_program(problem, solution, k: int, live: dict[str, float]) -> dict[str, float]:
     """Both predictions for one microbatch of stage ``k`` on one of its devices: ``linear`` (the
     evaluator's terms: weights (and gradients in training) + state + stash + largest working set) and
-    ``live`` (:meth:`planmap.cost.CostModel.program_bytes`: params + inputs + outputs + peak temp)."""
+    ``live`` (:func:`planmap.program_memory.plan_program_bytes`: params + inputs + outputs + temp)."""
     from planmap.vocabulary import Mode
 
     g, cost = problem.graph, problem.cost
     group_of = np.asarray(solution.assignment, np.int64)
     mine = group_of == k
-    live = cost.program_bytes(group_of, k)
     grads = live["params"] if problem.mode is Mode.TRAINING else 0.0
     linear = (live["params"] + grads + float(g.state_bytes[mine].sum()) + float(cost.stash_bytes[mine].sum())
               + float(cost.working_set[mine].max(initial=0)))
@@ -76,6 +76,7 @@ def compare(name: str) -> list[dict]:
     from planmap.assemble import build_problem
     from planmap.plan import files
     from planmap.plan.build import to_solution
+    from planmap.program_memory import plan_program_bytes
     from planmap.spec import load_spec
 
     plan = ROOT / "plans" / f"{name}.plan.yaml"
@@ -83,8 +84,8 @@ def compare(name: str) -> list[dict]:
     solution = to_solution(problem, files.load(plan).document)
     exe = rt.load(plan, unchecked=True)
     rows = []
-    for k, st in enumerate(solution.stages):
-        pred = predicted_program(problem, solution, k)
+    for k, (st, live) in enumerate(zip(solution.stages, plan_program_bytes(problem, solution), strict=True)):
+        pred = predicted_program(problem, solution, k, live)
         xla = measured_program(exe, k)
         rows.append({"spec": name, "stage": k, "devices": len(st.devices), **{f"p_{a}": b for a, b in pred.items()},
                      **{f"x_{a}": b for a, b in xla.items()},

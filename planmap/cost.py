@@ -15,6 +15,13 @@ forward nodes cost twice: they run again in the backward pass), and a per-node w
 inputs and outputs). Under the graph's ``node-sizes`` memory model
 (:attr:`planmap.graph.OpGraph.memory_model`) the stash and the working set are zero: a node's size is
 its whole footprint, and every solver reads these columns.
+
+These linear terms are what the solvers constrain and the evaluator records in plans; what XLA
+allocates for a stage's compiled program is :mod:`planmap.program_memory` (liveness on the op-level
+graph, fusion, buffer reuse, layout copies). They differ by construction: the linear terms count a
+stage's received and sent activations only inside one node's working set, the stash at the full
+size of every forward result the backward reads, and no temporary beyond the largest single node;
+``bench/results/memory.md`` gives both against XLA per stage.
 """
 
 from __future__ import annotations
@@ -225,43 +232,6 @@ class CostModel:
         if len(reads):
             np.add.at(ws, reads.consumer_group, g.value_bytes[reads.value])
         return _ro(ws)
-
-    def program_bytes(self, group_of: np.ndarray, k: int) -> dict[str, float]:
-        """Bytes one microbatch of group ``k``'s program holds at its peak, by liveness (per device,
-        unsharded): ``params`` it reads, ``inputs`` (data arguments and crossing values it receives),
-        ``outputs`` (values others read, and results), and ``temp``, the most bytes of its other
-        values alive at once when its nodes run in id order (a value lives from its node to its last
-        reader in the group). This is what XLA's ``memory_analysis()`` reports for the compiled stage
-        (arguments + outputs + temporaries) and what ``bench/memory.py`` compares; the solvers' linear
-        terms (:attr:`stash_bytes`, :attr:`working_set`) approximate it per node."""
-        g = self.graph
-        group_of = np.asarray(group_of, np.int64)
-        mine = group_of == k
-        src, val, dst = g.edge_src.astype(np.int64), g.edge_value.astype(np.int64), g.edge_dst.astype(np.int64)
-        into = mine[dst]
-        is_param = np.zeros(g.num_values, bool)
-        is_param[g.param_values] = True
-        read = np.unique(val[into & (src < 0)])
-        params = float(g.value_bytes[read[is_param[read]]].sum())
-        received = np.unique(val[into & (src >= 0) & ~mine[np.maximum(src, 0)]])
-        inputs = float(g.value_bytes[read[~is_param[read]]].sum() + g.value_bytes[received].sum())
-        produced = np.flatnonzero((g.value_node >= 0) & mine[np.maximum(g.value_node, 0)])
-        leaves = np.zeros(g.num_values, bool)
-        leaves[val[(src >= 0) & mine[np.maximum(src, 0)] & ~into]] = True
-        leaves[g.results] = True
-        out = produced[leaves[produced]]
-        internal = produced[~leaves[produced]]
-        temp = 0.0
-        if len(internal):
-            last = np.full(g.num_values, -1, np.int64)
-            np.maximum.at(last, val[into], dst[into])
-            start = g.value_node[internal].astype(np.int64)
-            end = np.maximum(last[internal], start)
-            delta = np.zeros(g.num_nodes + 1)
-            np.add.at(delta, start, g.value_bytes[internal].astype(float))
-            np.add.at(delta, end + 1, -g.value_bytes[internal].astype(float))
-            temp = float(np.cumsum(delta).max())
-        return {"params": params, "inputs": inputs, "outputs": float(g.value_bytes[out].sum()), "temp": temp}
 
     # ------------------------------------------------------------------------- collectives
     def allreduce(self, nbytes: float, devices) -> float:

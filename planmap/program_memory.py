@@ -1,0 +1,308 @@
+"""The memory of a stage's compiled program, as XLA allocates it: arguments, outputs and temporaries.
+
+A stage runs as one or more compiled programs (segments: the stage's ops when no path leaves the
+stage and comes back, else each run of consecutive op ids, as :mod:`planmap.runtime.segments` forms
+them; a training stage is usually one forward and one backward program). For each program XLA's
+``memory_analysis()`` reports the bytes of its arguments, its outputs and its temporaries (a heap
+simulation over the values it materialises, in schedule order). This module predicts the same three
+terms per segment, on the op-level graph (the coarse nodes the solvers see hide which values are
+materialised), and the stage's footprint is the largest segment (segments run one after another):
+
+- **arguments**: every value the segment reads and does not compute (parameters, data, values other
+  segments send), once each, whatever the number of readers;
+- **outputs**: values of its own ops that another segment reads (or the model returns). Cheap ops
+  (:mod:`planmap.frontend.recompute`) are rebuilt by each segment that reads them, so they are never
+  outputs nor arguments;
+- **temporaries**: what XLA's buffer assigner needs for the other values it materialises. XLA fuses
+  elementwise and shape ops (and the cheap recomputed ops, and calls of pointwise functions) into
+  their consumers, so such a value has no buffer of its own unless a kernel that cannot fuse it
+  reads it (``dot_general``, ``convolution`` and the other :data:`KERNEL_OPS` take materialised
+  operands, :func:`kernels`) or it leaves the segment; a fused value keeps the buffers it is computed
+  from alive until its own last reader runs. A temporary lives from its op to its last reader (ops
+  in id order), and goes into an output buffer it fits and does not overlap in time, or else into
+  one heap (:func:`_temp_bytes`); the transposed copies XLA's CPU layout assignment adds for weight
+  gradients are temporaries too (:func:`_layout_copies`).
+
+Per device, each value's bytes are divided by its shards under the stage's layout
+(:func:`value_shards`); :func:`plan_program_bytes` does all of this for every stage of a solution.
+
+What this does not follow (``bench/results/memory.md`` gives the numbers): XLA's scheduler may run
+ops in another order than their ids (a loss's one-hot labels are built first and stay alive), and a
+stage whose runtime layout differs from the plan's (a replicated stage the plan shards) allocates
+what runs, not what the plan says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from planmap.frontend.recompute import recomputed_nodes
+from planmap.graph import DimRoles, OpGraph
+
+__all__ = ["KERNEL_OPS", "kernels", "segments_of", "segment_bytes", "stage_program_bytes", "value_shards",
+           "plan_program_bytes"]
+
+# Ops XLA runs as kernels of their own (library calls, reductions, data movement with index math):
+# their results are buffers, and their operands are materialised before they run.
+KERNEL_OPS = frozenset({
+    "stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution", "stablehlo.reduce",
+    "stablehlo.reduce_window", "stablehlo.select_and_scatter", "stablehlo.gather", "stablehlo.scatter",
+    "stablehlo.sort", "stablehlo.custom_call", "stablehlo.while", "stablehlo.case", "stablehlo.if",
+    "stablehlo.fft", "stablehlo.triangular_solve", "stablehlo.cholesky", "stablehlo.dynamic_update_slice",
+    "stablehlo.all_reduce", "stablehlo.all_gather", "stablehlo.reduce_scatter", "stablehlo.all_to_all",
+    "stablehlo.collective_permute", "stablehlo.rng_bit_generator",
+})
+_CALLS = frozenset({"func.call", "stablehlo.composite"})
+_POINTWISE_FLOPS = 2.0  # FLOPs per result element up to which a call without a dim map is elementwise
+
+
+def kernels(graph: OpGraph) -> np.ndarray:
+    """(n,) bool: ops whose results XLA materialises and whose operands it materialises before they
+    run: :data:`KERNEL_OPS`, and calls that hold more than elementwise code. XLA inlines calls, so a
+    call of a pointwise function (``relu``, ``where``) fuses like the elementwise ops it holds. The
+    op-level graph does not keep callee bodies, so a call counts as elementwise when the front end
+    gave it an elementwise dim map, or when it does at most two FLOPs per result element (a select or
+    a mask broadcast); ``log_softmax`` and its gradient do more (exp, log, sums) and hold reductions."""
+    maps = graph.dim_maps
+    out = np.fromiter((k in KERNEL_OPS for k in graph.kind), bool, graph.num_nodes)
+    for i in (i for i, k in enumerate(graph.kind) if k in _CALLS):
+        if maps is not None and maps[i] is not None:
+            continue
+        elems = sum(float(np.prod(t.shape)) for t in graph.outputs[i]) if graph.outputs is not None else 0.0
+        out[i] = graph.flops[i] > _POINTWISE_FLOPS * max(elems, 1.0)
+    return out
+
+
+def segments_of(graph: OpGraph, op_group: np.ndarray, k: int) -> list[np.ndarray]:
+    """Op ids of each program of group ``k``: all its ops when the group is convex (no path leaves it
+    and comes back), else each run of consecutive op ids (the runtime's rule)."""
+    ops = np.flatnonzero(op_group == k)
+    if len(ops) == 0:
+        return []
+    indptr, preds = graph.pred
+    left = np.zeros(graph.num_nodes, bool)  # an op outside k reachable from k
+    convex = True
+    for i in range(int(ops[0]), graph.num_nodes):
+        p = preds[indptr[i]: indptr[i + 1]]
+        if op_group[i] == k:
+            if left[p].any():
+                convex = False
+                break
+        else:
+            left[i] = bool((op_group[p] == k).any() or left[p].any())
+    if convex:
+        return [ops]
+    return np.split(ops, np.flatnonzero(np.diff(ops) != 1) + 1)
+
+
+def _recomputed_closure(graph: OpGraph, own: np.ndarray, cheap: np.ndarray) -> np.ndarray:
+    """(n,) bool: ``own`` plus the cheap ops its ops read, transitively (rebuilt in the segment)."""
+    kept = own.copy()
+    indptr, preds = graph.pred
+    for i in np.flatnonzero(own)[::-1]:
+        stack = [int(p) for p in preds[indptr[i]: indptr[i + 1]] if cheap[p] and not kept[p]]
+        while stack:
+            j = stack.pop()
+            if kept[j]:
+                continue
+            kept[j] = True
+            stack.extend(int(p) for p in preds[indptr[j]: indptr[j + 1]] if cheap[p] and not kept[p])
+    return kept
+
+
+def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None = None,
+                  split: np.ndarray | None = None) -> dict[str, float]:
+    """``params``, ``inputs``, ``outputs`` and ``temp`` bytes of the program of the ops ``own`` ((n,)
+    bool, an op-level graph); ``split`` (values,) divides each value's bytes (its shards per device)."""
+    g = graph
+    cheap = recomputed_nodes(g) if cheap is None else cheap
+    kept = _recomputed_closure(g, own, cheap)
+    nbytes = g.value_bytes.astype(float) / (1.0 if split is None else split)
+    src, val, dst = g.edge_src.astype(np.int64), g.edge_value.astype(np.int64), g.edge_dst.astype(np.int64)
+    into = kept[dst]
+    made_here = np.zeros(g.num_values, bool)
+    prod = g.value_node.astype(np.int64)
+    made_here[prod >= 0] = kept[prod[prod >= 0]]
+    read = np.unique(val[into & ~made_here[val]])
+    is_param = np.zeros(g.num_values, bool)
+    is_param[g.param_values] = True
+    leaves = np.zeros(g.num_values, bool)
+    away = (src >= 0) & own[np.maximum(src, 0)] & ~kept[dst] & ~cheap[np.maximum(src, 0)]
+    leaves[val[away]] = True
+    leaves[np.asarray(g.results, np.int64)] = True
+    leaves &= made_here & ~cheap[np.maximum(prod, 0)]
+    kernel = kernels(g)
+    mat = made_here & (kernel[np.maximum(prod, 0)] | leaves)
+    mat[val[into & kernel[dst] & made_here[val]]] = True
+    last = _last_reads(g, kept, mat)
+    temps = np.flatnonzero(mat & ~leaves)
+    extra = _layout_copies(g, kept, kernel, nbytes)
+    temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra)
+    return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
+            "outputs": float(nbytes[leaves].sum()), "temp": temp}
+
+
+def _last_reads(g: OpGraph, kept: np.ndarray, mat: np.ndarray) -> np.ndarray:
+    """(values,) the last ``kept`` op that reads each materialised value (-1: none); a fused (not
+    materialised) value's readers read the buffers it is computed from."""
+    last = np.full(g.num_values, -1, np.int64)
+    indptr, vals = _in_values(g)
+    made = g.value_node.astype(np.int64)
+    by_op = np.argsort(made, kind="stable")
+    out_ptr = np.searchsorted(made[by_op], np.arange(g.num_nodes + 1))
+    sources: dict[int, set[int]] = {}
+    for i in np.flatnonzero(kept):
+        acc: set[int] = set()
+        for v in vals[indptr[i]: indptr[i + 1]]:
+            v = int(v)
+            acc |= {v} if mat[v] or g.value_node[v] < 0 else sources.get(v, set())
+        for s in acc:
+            last[s] = i
+        for v in by_op[out_ptr[i]: out_ptr[i + 1]]:
+            if not mat[v]:
+                sources[int(v)] = acc
+    return last
+
+
+def _shape(g: OpGraph, v: int) -> tuple[int, ...]:
+    n = int(g.value_node[v])
+    if n < 0:
+        return tuple(g.args[int(g.value_index[v])].type.shape)
+    return tuple(g.outputs[n][int(g.value_index[v])].shape) if g.outputs is not None else ()
+
+
+def _conv_layouts(d: DimRoles, rank: int) -> tuple[bool, bool, bool]:
+    """Whether a convolution's input, kernel and result are in the layouts XLA's CPU convolution
+    takes (``b01f`` input and result, ``01io`` kernel): the gradient of a kernel convolves the input
+    with its batch and feature dims swapped, so both operands and the result are transposed."""
+    spatial = tuple(range(1, rank - 1))
+    lhs = d.lhs_batch == (0,) and d.lhs_spatial == spatial and d.lhs_contracting == (rank - 1,)
+    rhs = d.rhs_spatial == tuple(range(rank - 2)) and d.rhs_contracting == (rank - 2,) and d.rhs_free == (rank - 1,)
+    out = d.out_batch == (0,) and d.out_spatial == spatial and d.out_rhs_free == (rank - 1,)
+    return lhs, rhs, out
+
+
+def _layout_copies(g: OpGraph, kept: np.ndarray, kernel: np.ndarray,
+                   nbytes: np.ndarray) -> list[tuple[int, int, float]]:
+    """``(first op, last op, bytes)`` of the transposed copies XLA's CPU layout assignment makes:
+
+    - a ``dot_general`` contracting the leading dims of both operands (a weight gradient ``dY^T X``
+      over the batch) reads its left operand with the contraction dims minor;
+    - a ``convolution`` reads its operands in :func:`_conv_layouts` and writes its result so (a
+      kernel gradient: both operands and the result are copied; an input gradient: the kernel).
+
+    An operand copy is not needed when the operand is a fused value read by this op only (the fusion
+    writes that layout). It lives from the operand's op (the segment's first op for an argument:
+    XLA schedules copies of parameters first) to the op; a result copy lives at the op only."""
+    if g.operands is None or g.dims is None:
+        return []
+    first = int(np.flatnonzero(kept)[0]) if kept.any() else 0
+    out = []
+    for i in np.flatnonzero(kept):
+        d, kind = g.dims[i], g.kind[i]
+        if d is None or kind not in ("stablehlo.dot_general", "stablehlo.convolution"):
+            continue
+        ops = [int(v) for v in g.operands[i][:2]]
+        if kind == "stablehlo.convolution":
+            lhs, rhs, res = _conv_layouts(d, len(_shape(g, ops[0])))
+            copies = [v for v, ok in zip(ops, (lhs, rhs), strict=True) if not ok]
+            if not res:
+                out.append((int(i), int(i), float(sum(nbytes[np.flatnonzero(g.value_node == i)]))))
+        else:
+            lead = all(tuple(c) == tuple(range(len(b), len(b) + len(c)))
+                       for b, c in ((d.lhs_batch, d.lhs_contracting), (d.rhs_batch, d.rhs_contracting)))
+            copies = [ops[0]] if lead and d.lhs_contracting and len(_shape(g, ops[0])) > len(d.lhs_contracting) else []
+        for v in copies:
+            made = int(g.value_node[v])
+            inside = made >= 0 and kept[made]
+            if inside and not kernel[made] and np.count_nonzero(g.edge_value == v) == 1:
+                continue
+            out.append((made if inside else first, int(i), float(nbytes[v])))
+    return out
+
+
+def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarray, nbytes: np.ndarray,
+                extra: list[tuple[int, int, float]]) -> float:
+    """XLA's temporary bytes: its buffer assigner takes values largest first and puts a temporary in
+    the smallest output buffer that is large enough and holds nothing live at the same time (an output
+    is live from its op to the end; a temporary from its op to its last reader); the temporaries left
+    over share one heap whose size is the most of them alive at once."""
+    start = g.value_node.astype(np.int64)
+    end = np.maximum(last, start)
+    rooms = sorted(((float(nbytes[v]), int(v)) for v in outs), reverse=True)
+    held: list[list[tuple[int, int]]] = [[(int(start[v]), g.num_nodes)] for _, v in rooms]
+    rest = []
+    for v in sorted(temps.tolist(), key=lambda v: (-nbytes[v], start[v] - end[v], v)):
+        a, b = int(start[v]), int(end[v])
+        for r in range(len(rooms) - 1, -1, -1):
+            if rooms[r][0] >= nbytes[v] and all(b < lo or a > hi for lo, hi in held[r]):
+                held[r].append((a, b))
+                break
+        else:
+            rest.append(v)
+    if not rest and not extra:
+        return 0.0
+    rest_a = np.asarray(rest, np.int64)
+    delta = np.zeros(g.num_nodes + 1)
+    np.add.at(delta, start[rest_a], nbytes[rest_a])
+    np.add.at(delta, end[rest_a] + 1, -nbytes[rest_a])
+    for a, b, size in extra:
+        delta[a] += size
+        delta[b + 1] -= size
+    return float(np.cumsum(delta).max())
+
+
+def _in_values(g: OpGraph) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the values each op reads (by op id)."""
+    order = np.argsort(g.edge_dst, kind="stable")
+    indptr = np.zeros(g.num_nodes + 1, np.int64)
+    np.add.at(indptr, g.edge_dst.astype(np.int64) + 1, 1)
+    return np.cumsum(indptr), g.edge_value[order].astype(np.int64)
+
+
+def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *,
+                        split: np.ndarray | None = None) -> dict[str, float]:
+    """The largest program of group ``k`` (by total bytes) on an op-level graph: its ``params``,
+    ``inputs``, ``outputs``, ``temp``, per device when ``split`` gives each value's shard count."""
+    cheap = recomputed_nodes(graph)
+    best = {"params": 0.0, "inputs": 0.0, "outputs": 0.0, "temp": 0.0}
+    for ops in segments_of(graph, np.asarray(op_group), k):
+        own = np.zeros(graph.num_nodes, bool)
+        own[ops] = True
+        own &= ~cheap
+        part = segment_bytes(graph, own, cheap=cheap, split=split)
+        if sum(part.values()) > sum(best.values()):
+            best = part
+    return best
+
+
+def value_shards(problem: Any, solution: Any) -> list[np.ndarray | None]:
+    """Per stage of ``solution``, (values,) how many shards each value of the op-level graph is cut into
+    on one device of the stage (1 = whole), from the stage's complete layout; None for a stage without
+    a layout (one device, or a plan without shardings)."""
+    from planmap.sharding.specs import shards
+    from planmap.sharding.stage_layout import stage_layouts
+
+    if solution.shardings is None or all(len(st.devices) == 1 for st in solution.stages):
+        return [None] * solution.num_stages
+    out: list[np.ndarray | None] = []
+    for st in stage_layouts(problem, solution):
+        sizes = st.mesh.axis_sizes
+        split = np.ones(problem.original.num_values)
+        for w, spec in st.layout.items():
+            split[int(st.map.values[w])] = float(shards(spec, sizes))
+        out.append(split if (split > 1).any() else None)
+    return out
+
+
+def plan_program_bytes(problem: Any, solution: Any) -> list[dict[str, float]]:
+    """Per stage of ``solution``: :func:`stage_program_bytes` on one of its devices, on the problem's
+    op-level graph (``problem.original``), each value divided by its shards under the stage's layout."""
+    g = problem.graph
+    op_group = np.full(problem.original.num_nodes, -1, np.int64)
+    for i, k in enumerate(np.asarray(solution.assignment).tolist()):
+        op_group[g.members_of(i)] = k
+    splits = value_shards(problem, solution)
+    return [stage_program_bytes(problem.original, op_group, k, split=splits[k]) for k in range(solution.num_stages)]
