@@ -80,7 +80,7 @@ for _command in app.registered_commands:  # every command's --help ends with the
 
 
 @functools.cache
-def _command():
+def _click_command():
     """The Click command of ``app``, built once per process. Typer builds it on every call (inspecting
     every command's signature, about 20 ms), which in-process callers — tests, the fuzzer — would pay per
     call; with pretty exceptions off, calling the built command is what ``app(...)`` does."""
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with guard:
             state.signals = guard
-            rv = _command()(args=argv, standalone_mode=False)
+            rv = _click_command()(args=argv, standalone_mode=False)
     except PlanmapError as e:
         if state.debug:
             raise

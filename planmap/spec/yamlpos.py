@@ -89,10 +89,10 @@ def safe_yaml(text: str, *, pure: bool = False) -> YAML:
     if pure or "%YAML" in text:
         return yaml
     try:
-        from _ruamel_yaml import CParser
+        from _ruamel_yaml import CParser  # type: ignore[import-not-found]  # C extension, no stubs
     except ImportError:  # no C extension (another Python implementation): the pure parser
         return yaml
-    yaml._parser = CParser(text)  # read by ruamel's composer through YAML.parser
+    yaml._parser = CParser(text)  # type: ignore[attr-defined]  # read by ruamel's composer through YAML.parser
     return yaml
 
 
