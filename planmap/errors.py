@@ -23,6 +23,12 @@ class PlanmapError(Exception):
 
     code = "invalid"  # a request planmap cannot carry out as given (unknown name, option out of range, no plan)
 
+    def __init__(self, *args: object, code: str | None = None) -> None:
+        """``code``: the raise site's own code (docs/errors.md), where it is more specific than the class's."""
+        super().__init__(*args)
+        if code is not None:
+            self.code = code
+
 
 class InputError(PlanmapError):
     """An input file (model artifact, profile, plan) is missing, unreadable or malformed."""

@@ -11,6 +11,7 @@ dependencies (jax, pyomo) only when a command that needs them runs.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -78,13 +79,21 @@ for _command in app.registered_commands:  # every command's --help ends with the
     _command.epilog = _command.epilog or EPILOG
 
 
+@functools.cache
+def _click_command():
+    """The Click command of ``app``, built once per process. Typer builds it on every call (inspecting
+    every command's signature, about 20 ms), which in-process callers — tests, the fuzzer — would pay per
+    call; with pretty exceptions off, calling the built command is what ``app(...)`` does."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit status (128 + signal number after a signal)."""
     guard = SignalGuard()
     try:
         with guard:
             state.signals = guard
-            rv = app(args=argv, standalone_mode=False)
+            rv = _click_command()(args=argv, standalone_mode=False)
     except PlanmapError as e:
         if state.debug:
             raise

@@ -190,7 +190,9 @@ def _group_layers(part: Partition, graph: OpGraph, labels: Any, scope: dict, dir
         return "layer ids", len({layer for layer, _ in by_layer}), not_convex
     # no usable names: tandem repeats of node signatures in topological order
     order = part.groups
-    sig = [_signature(graph, part.members[g]) for g in order]
+    cheap_op = [is_cheap(kind, flops, nbytes) for kind, flops, nbytes
+                in zip(graph.kind, graph.flops.tolist(), graph.bytes_accessed.tolist(), strict=True)]
+    sig = [_signature(graph, part.members[g], cheap_op) for g in order]
     repeats = tandem_blocks(sig)
     n_layers = 0
     for blocks in repeats:
@@ -214,9 +216,10 @@ def _contract_convex(part: Partition, groups: list[int], scope: dict) -> int | N
     return None
 
 
-def _signature(graph: OpGraph, members: Sequence[int]) -> int:
-    items = sorted((graph.kind[i], graph.outputs[i] if graph.outputs is not None else ()) for i in members
-                   if not is_cheap(graph.kind[i], float(graph.flops[i]), float(graph.bytes_accessed[i])))
+def _signature(graph: OpGraph, members: Sequence[int], cheap_op: list[bool]) -> int:
+    """A hash of the multiset of a group's (kind, output types), cheap ops left out unless all are cheap."""
+    kind, outputs = graph.kind, graph.outputs
+    items = sorted((kind[i], outputs[i] if outputs is not None else ()) for i in members if not cheap_op[i])
     if not items:
         items = sorted((graph.kind[i], ()) for i in members)
     return hash(tuple(items))
@@ -268,9 +271,10 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
     kinds, names, dtypes, dims, outputs = [], [], [], [], []
     layer = np.full(k, -1, np.int32)
     backward = np.zeros(k, bool)
-    members_list = []
+    member_lists = []
+    has_dims = np.array([d is not None for d in graph.dims], bool) if graph.dims is not None else None
     for c, g in enumerate(order):
-        mem = sorted(part.members[g])
+        mem = np.sort(np.fromiter(part.members[g], np.int64, len(part.members[g])))
         h = int(heaviest[c])
         is_layer = g in layer_of_group
         if sizes[c] == 1:
@@ -281,13 +285,13 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
             if is_layer and structural:  # found by repetition: the names say nothing, number the blocks
                 names.append(_block_name(layer_of_group[g]))
             elif is_layer:  # the scope's own name stack, not diluted by absorbed unnamed ops
-                own = [graph.op_name[i] for i in mem if labels.group[i] == scope[g]] if scope[g] >= 0 else []
+                own = [graph.op_name[i] for i in mem[labels.group[mem] == scope[g]]] if scope[g] >= 0 else []
                 names.append(_common_name(own or [graph.op_name[i] for i in mem])
                              or (labels.group_names[scope[g]] if scope[g] >= 0 else ""))
             else:
                 names.append(graph.op_name[h])
         dtypes.append(graph.dtype[h])
-        contractions = [i for i in mem if graph.dims is not None and graph.dims[i] is not None]
+        contractions = mem[has_dims[mem]] if has_dims is not None else mem[:0]
         dims.append(graph.dims[contractions[0]] if graph.dims is not None and len(contractions) == 1 else None)
         outputs.append(tuple(_value_type(graph, int(v)) for v in kept[(v_node == c)]))
         if is_layer:
@@ -296,10 +300,8 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
             member_layers = graph.layer[mem]
             layer[c] = member_layers.max() if (member_layers >= 0).any() else -1
         backward[c] = bool(direction.get(g)) if direction.get(g) is not None else bool(graph.backward[h])
-        members_list.append(np.concatenate([graph.members_of(i) for i in mem]))
-    indptr = np.zeros(k + 1, np.int64)
-    indptr[1:] = np.cumsum([len(m) for m in members_list])
-    members = np.concatenate(members_list) if members_list else np.zeros(0, np.int32)
+        member_lists.append(mem)
+    indptr, members = _gather_members(graph, member_lists)
     if (graph.colocation >= 0).any():  # classes given with the graph (profiled, or coarsened before)
         colocation = _merge_classes(graph.colocation, node_of, k)
     else:
@@ -327,6 +329,23 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
         results=new_id[graph.results], outputs=outputs, dims=dims, colocation=colocation, backward=backward,
         layer=layer, measured=measured, value_time=graph.value_time[kept], members_indptr=indptr,
         members=members, n_original=graph.n_original, meta=meta)
+
+
+def _gather_members(graph: OpGraph, member_lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, members)`` of the coarse nodes whose members (nodes of ``graph``) are ``member_lists``:
+    each coarse node lists the original ops of its members, in member order (one gather, no per-op loop)."""
+    indptr = np.zeros(len(member_lists) + 1, np.int64)
+    if not member_lists:
+        return indptr, np.zeros(0, np.int32)
+    nodes = np.concatenate(member_lists)
+    starts = graph.members_indptr[nodes].astype(np.int64)
+    lens = graph.members_indptr[nodes + 1].astype(np.int64) - starts
+    # position j of the output reads graph.members[starts[n] + (j - first output slot of n)] for its node n
+    offsets = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+    members = graph.members[offsets + np.arange(len(offsets))]
+    node_counts = np.add.reduceat(lens, np.cumsum([0, *map(len, member_lists[:-1])])) if len(nodes) else lens
+    indptr[1:] = np.cumsum(node_counts)
+    return indptr, members
 
 
 def _merge_classes(classes: np.ndarray, node_of: np.ndarray, k: int) -> np.ndarray:

@@ -229,7 +229,7 @@ def loads_json(data: bytes, where: str) -> Any:
     try:
         return json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError as e:
-        raise InputError(f"{where}: not UTF-8 JSON ({e.reason} at byte {e.start})") from None
+        raise InputError(f"{where}: not UTF-8 JSON ({e.reason} at byte {e.start})", code="encoding") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{where}:{e.lineno}:{e.colno}: error[json]: invalid JSON: {e.msg}") from None
     except ValueError as e:  # an integer of more than 4,300 digits

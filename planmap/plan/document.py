@@ -304,11 +304,12 @@ def _structure_problem(data: Any) -> str | None:
 def parse(text: str, file: str) -> PlanDocument:
     """Parse plan bytes; refuse another major format version; InputError on anything malformed."""
     from pydantic import ValidationError
-    from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    from planmap.spec.yamlpos import load_yaml
+
     try:
-        data = YAML(typ="safe", pure=True).load(text)
+        data = load_yaml(text)
     except YAMLError as e:
         raise InputError(f"{file}: not a valid plan file (YAML error: {str(e).splitlines()[0]})") from None
     except RecursionError:

@@ -69,8 +69,14 @@ class IntegrityError(PlanmapError):
 
 def decision_problems(doc: PlanDocument) -> list[str]:
     """Structural faults of the decisions that need no spec: duplicate devices or stage ids, empty or
-    reversed op ranges."""
+    reversed op ranges, a ZeRO stage that is not 0, 1 or 2 or that is set on an inference plan (ZeRO
+    shards training state; stage 3 is written as parameter specs)."""
     out = []
+    zero = doc.shardings.zero
+    if zero not in (0, 1, 2):
+        out.append(f"zero: {zero} is not a ZeRO stage planmap writes (0, 1 or 2; stage 3 is parameter specs)")
+    elif zero and doc.mode != "training":
+        out.append(f"zero: {zero} on an inference plan (ZeRO shards gradients and optimizer state: training only)")
     ids = [st.id for st in doc.stages]
     if len(set(ids)) != len(ids):
         out.append("stage ids repeat")
@@ -110,6 +116,21 @@ def certificate_problems(doc: PlanDocument) -> list[str]:
                        f"{s.objective_ns} ns and bound {s.bound_ns} ns")
     if s.status in (Status.OPTIMAL, Status.GAP_REACHED) and s.bound_ns is None:
         out.append(f"certificate status {s.status} claims a proof but records no bound")
+    return out
+
+
+def _option_problems(doc: PlanDocument, spec) -> list[str]:
+    """Recorded solver options the spec fixes (``seed``: no CLI flag overrides it) or bounds (time limit,
+    gap, threads: the CLI may override them, but only with valid values)."""
+    o, s, out = doc.solver.options, spec.spec.solver, []
+    if "seed" in o and o["seed"] != s.seed:
+        out.append(f"seed {o['seed']!r}, the spec's is {s.seed}")
+    checks = (("time_limit", (int, float), lambda v: v > 0, "a positive number of seconds"),
+              ("rel_gap", (int, float), lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+              ("threads", int, lambda v: v >= 1, "a whole number >= 1"))
+    for key, kind, ok, what in checks:
+        if key in o and (isinstance(o[key], bool) or not isinstance(o[key], kind) or not ok(o[key])):
+            out.append(f"{key} {o[key]!r} is not {what}")
     return out
 
 
@@ -199,6 +220,10 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     if swapped:
         report.problems += [f"inputs differ from the spec's: {m}" for m in swapped]
         return report
+    options = _option_problems(doc, spec)
+    if options:
+        report.problems += [f"solver options differ from the spec's: {m}" for m in options]
+        return report
     problem = build_problem(spec)
     try:
         solution = to_solution(problem, doc)
@@ -212,7 +237,7 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     solution = replace(solution, schedule=problem.schedule if pipelined else None,
                        microbatches=problem.microbatches if throughput else 1)
     ev = evaluate(problem, solution)
-    rebuilt = make_plan(problem, solution, ev, spec=spec, plan_path=path, name=doc.name)
+    rebuilt = make_plan(problem, solution, ev, spec=spec, plan_path=path)  # the name is the spec's
     found = [f"infeasible: {v}" for v in ev.violations] + _field_problems(doc, _as_recorded(doc, rebuilt))
     # an intact plan (digest matches) written by another planmap version that no longer follows from its inputs
     # is out of date (the cost model changed), not broken; from this very version it is forged
@@ -236,7 +261,7 @@ def _resolve(report: CheckReport, plan, spec, problem, doc: PlanDocument) -> Non
                                               ("seed", int), ("backend", str)) if k in o}
     opts = SolveOptions.from_spec(s, **recorded)
     result = solve(problem, s.name, opts)
-    fresh = make_plan(problem, result.solution, result.evaluation, spec=spec, plan_path=plan.path, name=doc.name)
+    fresh = make_plan(problem, result.solution, result.evaluation, spec=spec, plan_path=plan.path)
     fresh = _as_recorded(doc, fresh)
     if render(fresh, []) != render(doc, []):
         what = "; ".join(_field_problems(doc, fresh)) or "the rendering differs"

@@ -4,6 +4,13 @@ ruamel.yaml composes the document into a node graph (with marks); planmap then b
 Python data from that graph itself, so that it can (1) record the line/column of every key and
 value by path, (2) bound alias expansion (a "billion laughs" file is rejected, not expanded),
 (3) reject duplicate keys and non-string keys, and (4) never run arbitrary YAML tags.
+
+Scanning and parsing (most of the time of a pure-Python YAML read) run in libyaml's C parser when
+``ruamel.yaml.clib`` is installed (:func:`safe_yaml`): it hands ruamel's own Python composer the same
+events, so nodes, marks, tags and everything above are unchanged. Only libyaml's *parser* is used: its
+composer (like PyYAML's ``CSafeLoader``) recurses in C and crashes the process on a deeply nested file,
+where the Python composer raises ``RecursionError``. A file libyaml rejects is parsed again in Python,
+so error messages and positions are the pure parser's.
 """
 
 from __future__ import annotations
@@ -73,6 +80,39 @@ class Positions:
 class _Stop(Exception):
     def __init__(self, diag: Diagnostic):
         self.diag = diag
+
+
+def safe_yaml(text: str, *, pure: bool = False) -> YAML:
+    """A safe ruamel loader for ``text`` whose events come from libyaml (when installed, ``pure`` is false
+    and the text has no ``%YAML`` directive, which the pure scanner's version handling owns)."""
+    yaml = YAML(typ="safe", pure=True)
+    if pure or "%YAML" in text:
+        return yaml
+    try:
+        from _ruamel_yaml import CParser  # type: ignore[import-not-found]  # C extension, no stubs
+    except ImportError:  # no C extension (another Python implementation): the pure parser
+        return yaml
+    yaml._parser = CParser(text)  # type: ignore[attr-defined]  # read by ruamel's composer through YAML.parser
+    return yaml
+
+
+def compose_yaml(text: str) -> tuple[YAML, Node | None]:
+    """``(loader, root node)`` of the single document in ``text`` (see :func:`safe_yaml`); on a YAML error
+    the pure parser runs again, so the error raised is the pure parser's."""
+    try:
+        yaml = safe_yaml(text)
+        return yaml, yaml.compose(text)
+    except (YAMLError, RecursionError, ValueError):
+        yaml = safe_yaml(text, pure=True)
+        return yaml, yaml.compose(text)
+
+
+def load_yaml(text: str) -> Any:
+    """The Python data of the single document in ``text`` (safe tags only; errors as :func:`compose_yaml`)."""
+    try:
+        return safe_yaml(text).load(text)
+    except (YAMLError, RecursionError, ValueError, TypeError):
+        return safe_yaml(text, pure=True).load(text)
 
 
 def _pos(node: Node) -> tuple[int, int]:
@@ -189,7 +229,6 @@ def read_yaml(data: bytes, file: str) -> tuple[Any, Positions, list[Diagnostic]]
     if len(data) > MAX_BYTES:
         return None, Positions(), [Diagnostic(file, 1, 1, "too-large", f"the file is {len(data):,} bytes",
                                               expected=f"at most {MAX_BYTES:,} bytes")]
-    yaml = YAML(typ="safe", pure=True)
     try:
         text = _decode(data, file)
         if "\x00" in text:
@@ -198,7 +237,7 @@ def read_yaml(data: bytes, file: str) -> tuple[Any, Positions, list[Diagnostic]]
             raise _Stop(Diagnostic(file, line, i - text.rfind("\n", 0, i), "encoding",
                                    "the file contains a NUL character", expected="a text file"))
         try:
-            node = yaml.compose(text)
+            yaml, node = compose_yaml(text)
         except MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
             line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)

@@ -78,6 +78,11 @@ CASES = {
     "huge-bandwidth": (lambda: _bandwidth("1000PB/s"), "range"),
     "100k-devices": (lambda: _devices(4000, 25), "range"),
     "nested-plan": (lambda: _plan("check", "data_args: [8]", "data_args: " + "[" * 500 + "]" * 500), "yaml-syntax"),
+    # a million levels: libyaml's own composer (and PyYAML's CSafeLoader) would crash the process here
+    "nested-plan-1M": (lambda: _plan("check", "data_args: [8]", "data_args: " + "[" * 10**6 + "]" * 10**6),
+                       "yaml-syntax"),
+    "nested-spec-1M": (lambda: ["validate", _edit(SPEC, "specs/deep.yaml", "models/mlp.mlir",
+                                                  "[" * 10**6 + "]" * 10**6)], "yaml-syntax"),
     "huge-op-range-diff": (lambda: _plan("diff", "ops: [[0, 19]]", "ops: [[0, 1000000000000]]"), "value"),
     "huge-op-range-explain": (lambda: _plan("explain", "ops: [[0, 19]]", "ops: [[0, 1000000000000]]"), None),
     "duplicate-stage-devices": (lambda: _plan("explain", "devices: [host0/cpu0]", "devices: [host0/cpu0, host0/cpu0]"),
