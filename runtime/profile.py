@@ -7,7 +7,9 @@ rounds, each program once per round (wall clock around a blocking call), so that
 comes and goes on a shared machine touches every node alike; the median over the rounds is kept,
 or the minimum (the time without interference). Calling an empty program costs something too
 (dispatch, argument checks): it is timed in the same rounds and subtracted, so a node's time is
-its kernels' time, as inside a stage program. Inputs are zeros of each argument's type (valid
+its kernels' time, as inside a stage program. The whole entry function compiled as one program can
+be timed in the same rounds (``whole=True``): what the nodes cost in their real producer/consumer
+context (see :mod:`planmap.profile`, the context factor). Inputs are zeros of each argument's type (valid
 indices for gathers; the same arithmetic cost as random data on CPU and GPU, which do not skip
 zeros).
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,7 +28,8 @@ from planmap.runtime.ir_graph import EntryGraph
 from planmap.runtime.split import build_module, plan_cuts
 from planmap.runtime.wrap import to_exported
 
-__all__ = ["device_kind", "time_rounds", "whole_program", "node_programs", "time_nodes"]
+__all__ = ["device_kind", "time_rounds", "whole_program", "node_programs", "time_nodes", "NodeTimes",
+           "ops_program"]
 
 _KINDS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
 
@@ -87,6 +90,13 @@ def whole_program(artifact: Artifact, device: Any) -> tuple[Callable, tuple]:
     return _compiled_ops(artifact, graph, list(range(graph.n_ops)), device, "profile_all")
 
 
+def ops_program(artifact: Artifact, ops: list[int], device: Any) -> tuple[Callable, tuple] | None:
+    """The entry function's ``ops`` cut as a runtime segment (a stage's program) and compiled on ``device``,
+    with zero inputs; None when they produce nothing read."""
+    graph = EntryGraph.from_artifact(artifact)
+    return _compiled_ops(artifact, graph, sorted(ops), device, "profile_ops")
+
+
 def node_programs(artifact: Artifact, coarse: OpGraph, device: Any) -> list[tuple[Callable, tuple] | None]:
     """Per node of ``coarse`` (a coarsening of ``artifact``'s entry function), its ops compiled as a
     runtime segment on ``device`` with zero inputs, or None when they produce nothing read."""
@@ -97,17 +107,29 @@ def node_programs(artifact: Artifact, coarse: OpGraph, device: Any) -> list[tupl
             for i in range(coarse.num_nodes)]
 
 
+class NodeTimes(NamedTuple):
+    """Seconds per node (empty-call cost subtracted), that cost, and the whole program's seconds (empty-call
+    cost subtracted; None when it was not timed)."""
+
+    seconds: np.ndarray
+    overhead: float
+    program: float | None
+
+
 def time_nodes(artifact: Artifact, coarse: OpGraph, *, device: Any = None, warmup: int = 2, repeats: int = 5,
-               stat: str = "median") -> tuple[np.ndarray, float]:
-    """(seconds per node of ``coarse``, the empty-call cost subtracted; that cost) on ``device``
-    (default: the first local device), the ``stat`` (median or min) over ``repeats`` rounds."""
+               stat: str = "median", whole: bool = False) -> NodeTimes:
+    """The nodes of ``coarse`` (a coarsening of ``artifact``'s entry function), and with ``whole`` the entry
+    function as one program, timed on ``device`` (default: the first local device): the ``stat`` (median
+    or min) over ``repeats`` rounds."""
     import jax
 
     device = device if device is not None else jax.local_devices()[0]
     progs = node_programs(artifact, coarse, device)
     live = [p for p in progs if p is not None]
-    times = time_rounds([_empty_program(device), *live], warmup, repeats)
+    first = [_empty_program(device), *([whole_program(artifact, device)] if whole else [])]
+    times = time_rounds([*first, *live], warmup, repeats)
     per = times.min(axis=0) if stat == "min" else np.median(times, axis=0)
     seconds = np.zeros(coarse.num_nodes)
-    seconds[[i for i, p in enumerate(progs) if p is not None]] = np.maximum(per[1:] - per[0], 0.0)
-    return seconds, float(per[0])
+    seconds[[i for i, p in enumerate(progs) if p is not None]] = np.maximum(per[len(first):] - per[0], 0.0)
+    program = max(float(per[1] - per[0]), 0.0) if whole else None
+    return NodeTimes(seconds, float(per[0]), program)
