@@ -7,12 +7,13 @@ For each example artifact (specs/models/*.mlir, inference and training steps) on
 (one JAX device, no fake devices), every program is compiled once and then, R times over:
 
 * a *profile* pass times what `planmap profile --stat min` times, in its rounds: an empty call, the
-  whole entry function as one program, and every fused node cut out as a runtime segment (N rounds,
+  whole entry function as one program (twice per round), and every fused node cut out as a runtime segment (N rounds,
   each program once per round, the minimum per program: the 2-core machine is shared, the minimum is
   the time without interference);
 * a separate *measure* pass times the step (the whole entry function as one program, the
-  measurement) and, as a check that the calibration carries over to stages, the two halves of the
-  topological order compiled as the two stages of a 2-stage split (N rounds, minimum).
+  measurement, twice per round as the profile does) and, as a check that the calibration carries
+  over to stages, the two halves of the topological order compiled as the two stages of a 2-stage
+  split (N rounds, minimum).
 
 Predictions: *roofline* is planmap's cost model with a generic CPU device type (no calibration);
 *alone* is the sum of the node times, each timed alone; *profiled* is what a plan with
@@ -62,14 +63,7 @@ def run(model: str, repeats: int, runs: int) -> dict:
     from planmap.kernels import kernel_counts
     from planmap.profile import Profile, apply_profile, file_sha256, spread_over_ops
     from planmap.runtime.artifact import Artifact
-    from planmap.runtime.profile import (
-        _empty_program,
-        device_kind,
-        node_programs,
-        ops_program,
-        time_rounds,
-        whole_program,
-    )
+    from planmap.runtime.profile import compile_programs, device_kind, ops_program, time_programs, time_rounds
     from planmap.spec.models import ClusterBody
 
     path = ROOT / "specs" / "models" / f"{model}.mlir"
@@ -81,28 +75,26 @@ def run(model: str, repeats: int, runs: int) -> dict:
     weights = CostModel.build(original, topo).compute[:, 0]
     art = Artifact.from_file(path)
     dev = jax.local_devices()[0]
-    progs = node_programs(art, coarse, dev)
-    live = [i for i, p in enumerate(progs) if p is not None]
-    empty, whole = _empty_program(dev), whole_program(art, dev)
-    halves = _halves(coarse, np.ones(coarse.num_nodes))  # re-balanced below once node times are known
+    progs = compile_programs(art, coarse, dev, whole=True)
+    halves, half_progs = [], []
     out: dict[str, list] = {"measured": [], "alone": [], "factor": [], "profiled": [], "halves": []}
-    for r in range(runs):
-        t = time_rounds([empty, whole, *(progs[i] for i in live)], 2, repeats).min(axis=0)
-        seconds = np.zeros(coarse.num_nodes)
-        seconds[live] = np.maximum(t[2:] - t[0], 0.0)
+    for _ in range(runs):
+        seconds, overhead, program = time_programs(progs, 2, repeats, "min")  # planmap profile --stat min
         prof = Profile(sha, device_kind(dev), str(dev.device_kind), spread_over_ops(seconds, coarse, weights),
-                       float(t[0]), 2, repeats, "fuse", max(float(t[1] - t[0]), 0.0))
+                       overhead, 2, repeats, "fuse", program)
         node_pred = CostModel.build(apply_profile(coarse, original, prof, sha), topo).compute[:, 0]
-        if r == 0:
+        if not halves:
             halves = _halves(coarse, seconds)
             half_progs = [ops_program(art, [int(o) for n in h for o in coarse.members_of(int(n))], dev)
                           for h in halves]
-        m = time_rounds([empty, whole, *half_progs], 2, repeats).min(axis=0)[1:]  # the same neighbours
+        # the step twice per round too, as the profile times it; then the two stages
+        t = time_rounds([progs.empty, progs.entry, half_progs[0], progs.entry, half_progs[1]], 2, repeats)
+        m = [t[:, [1, 3]].min(), t[:, 2].min(), t[:, 4].min()]
         out["measured"].append(m[0])
-        out["alone"].append(seconds.sum() + t[0])
+        out["alone"].append(seconds.sum() + overhead)
         out["factor"].append(prof.context_factor)
-        out["profiled"].append(node_pred.sum() + t[0])
-        out["halves"].append([(node_pred[h].sum() + t[0]) / m[1 + k] for k, h in enumerate(halves)])
+        out["profiled"].append(node_pred.sum() + overhead)
+        out["halves"].append([(node_pred[h].sum() + overhead) / m[1 + k] for k, h in enumerate(halves)])
     ratios = np.array(out["profiled"]) / np.array(out["measured"])
     halves_r = np.array(out["halves"])
     return {"model": model, "nodes": coarse.num_nodes, "roofline": roofline,

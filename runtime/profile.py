@@ -29,7 +29,7 @@ from planmap.runtime.split import build_module, plan_cuts
 from planmap.runtime.wrap import to_exported
 
 __all__ = ["device_kind", "time_rounds", "whole_program", "node_programs", "time_nodes", "NodeTimes",
-           "ops_program"]
+           "ops_program", "ProfilePrograms", "compile_programs", "time_programs"]
 
 _KINDS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}
 
@@ -116,20 +116,53 @@ class NodeTimes(NamedTuple):
     program: float | None
 
 
+class ProfilePrograms(NamedTuple):
+    """What a profile times, compiled: the empty program, the whole entry function (None when not timed),
+    and per node its program (None for a node that produces nothing read)."""
+
+    empty: tuple[Callable, tuple]
+    entry: tuple[Callable, tuple] | None
+    nodes: list[tuple[Callable, tuple] | None]
+
+
+def compile_programs(artifact: Artifact, coarse: OpGraph, device: Any, whole: bool = False) -> ProfilePrograms:
+    """The programs :func:`time_programs` times for ``coarse``'s nodes (and the whole entry function)."""
+    return ProfilePrograms(_empty_program(device), whole_program(artifact, device) if whole else None,
+                           node_programs(artifact, coarse, device))
+
+
+def time_programs(programs: ProfilePrograms, warmup: int = 2, repeats: int = 5, stat: str = "median") -> NodeTimes:
+    """Node (and whole-program) times: the ``stat`` (median or min) over ``repeats`` rounds. The whole
+    program is called twice per round, before the nodes and halfway through them, so that a burst of load
+    over one part of a round does not set its time alone (on a shared machine a multi-threaded program
+    waits for its pool threads to be scheduled)."""
+    live = [p for p in programs.nodes if p is not None]
+    program_at: list[int] = []
+    if programs.entry is not None:
+        half = len(live) // 2
+        live = [programs.entry, *live[:half], programs.entry, *live[half:]]
+        program_at = [1, 2 + half]
+    times = time_rounds([programs.empty, *live], warmup, repeats)
+
+    def pick(t: np.ndarray) -> np.ndarray:
+        return t.min(axis=0) if stat == "min" else np.median(t, axis=0)
+
+    per = pick(times)
+    seconds = np.zeros(len(programs.nodes))
+    seconds[[i for i, p in enumerate(programs.nodes) if p is not None]] = np.maximum(
+        np.delete(per, program_at)[1:] - per[0], 0.0)
+    program = None
+    if program_at:
+        program = max(float(pick(times[:, program_at].reshape(-1, 1))[0] - per[0]), 0.0)
+    return NodeTimes(seconds, float(per[0]), program)
+
+
 def time_nodes(artifact: Artifact, coarse: OpGraph, *, device: Any = None, warmup: int = 2, repeats: int = 5,
                stat: str = "median", whole: bool = False) -> NodeTimes:
     """The nodes of ``coarse`` (a coarsening of ``artifact``'s entry function), and with ``whole`` the entry
-    function as one program, timed on ``device`` (default: the first local device): the ``stat`` (median
-    or min) over ``repeats`` rounds."""
+    function as one program, compiled and timed on ``device`` (default: the first local device), see
+    :func:`time_programs`."""
     import jax
 
     device = device if device is not None else jax.local_devices()[0]
-    progs = node_programs(artifact, coarse, device)
-    live = [p for p in progs if p is not None]
-    first = [_empty_program(device), *([whole_program(artifact, device)] if whole else [])]
-    times = time_rounds([*first, *live], warmup, repeats)
-    per = times.min(axis=0) if stat == "min" else np.median(times, axis=0)
-    seconds = np.zeros(coarse.num_nodes)
-    seconds[[i for i, p in enumerate(progs) if p is not None]] = np.maximum(per[len(first):] - per[0], 0.0)
-    program = max(float(per[1] - per[0]), 0.0) if whole else None
-    return NodeTimes(seconds, float(per[0]), program)
+    return time_programs(compile_programs(artifact, coarse, device, whole), warmup, repeats, stat)
