@@ -21,7 +21,9 @@ Predictions: *roofline* is planmap's cost model with a generic CPU device type (
 time over the sum of its nodes', :mod:`planmap.profile`) plus one empty call per program. For the
 whole step the context factor is measured on that very program (in another pass), so its ratio says
 how repeatable the profile is; the halves are not timed by the profile, so their ratios say how well
-one factor per artifact predicts a stage that holds part of the program. The table reports, per
+one factor per artifact predicts a stage that holds part of the program. A last pass takes the CPU
+time of all threads instead of wall time (whole program over the sum of its nodes): the work, without
+the waits for a core that a loaded machine adds to a multi-threaded program. The table reports, per
 model, medians over the R runs and the spread (min-max) of the profiled/measured ratio.
 
 It says nothing about a GPU; run the same script on the GPU machine.
@@ -34,6 +36,7 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import argparse  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -77,7 +80,8 @@ def run(model: str, repeats: int, runs: int) -> dict:
     dev = jax.local_devices()[0]
     progs = compile_programs(art, coarse, dev, whole=True)
     halves, half_progs = [], []
-    out: dict[str, list] = {"measured": [], "alone": [], "factor": [], "profiled": [], "halves": []}
+    out: dict[str, list] = {"measured": [], "alone": [], "factor": [], "profiled": [], "halves": [], "cpu": []}
+    live = [p for p in progs.nodes if p is not None]
     for _ in range(runs):
         seconds, overhead, program = time_programs(progs, 2, repeats, "min")  # planmap profile --stat min
         prof = Profile(sha, device_kind(dev), str(dev.device_kind), spread_over_ops(seconds, coarse, weights),
@@ -95,6 +99,9 @@ def run(model: str, repeats: int, runs: int) -> dict:
         out["factor"].append(prof.context_factor)
         out["profiled"].append(node_pred.sum() + overhead)
         out["halves"].append([(node_pred[h].sum() + overhead) / m[1 + k] for k, h in enumerate(halves)])
+        # CPU time of all threads: the work of the whole program vs its nodes', without the waits for a core
+        c = time_rounds([progs.empty, progs.entry, *live], 1, repeats, clock=time.process_time).min(axis=0)
+        out["cpu"].append(c[1] / max(float(np.maximum(c[2:] - c[0], 0.0).sum()), 1e-9))
     ratios = np.array(out["profiled"]) / np.array(out["measured"])
     halves_r = np.array(out["halves"])
     return {"model": model, "nodes": coarse.num_nodes, "roofline": roofline,
@@ -102,20 +109,22 @@ def run(model: str, repeats: int, runs: int) -> dict:
             "factor": float(np.median(out["factor"])), "profiled": float(np.median(out["profiled"])),
             "ratio": float(np.median(ratios)), "spread": (float(ratios.min()), float(ratios.max())),
             "halves": np.median(halves_r, axis=0).tolist(), "cut": int(len(halves[0])),
+            "cpu": float(np.median(out["cpu"])),
             "measured_spread": (float(np.min(out["measured"])), float(np.max(out["measured"])))}
 
 
 def table(rows: list[dict], repeats: int, runs: int) -> str:
     lines = ["| model | nodes | measured ms | roofline / measured | alone / measured | context factor | "
-             "profiled ms | profiled / measured (spread) | 2 stages: profiled / measured |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "profiled ms | profiled / measured (spread) | 2 stages: profiled / measured | CPU time: whole / nodes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lo, hi = r["spread"]
         a, b = r["halves"]
         lines.append(f"| {r['model']} | {r['nodes']} | {r['measured'] * 1e3:.3f} | "
                      f"{r['roofline'] / r['measured']:.2f} | {r['alone'] / r['measured']:.2f} | {r['factor']:.2f} | "
                      f"{r['profiled'] * 1e3:.3f} | "
-                     f"{r['ratio']:.2f} ({lo:.2f}-{hi:.2f}) | {a:.2f}, {b:.2f} (cut after node {r['cut']}) |")
+                     f"{r['ratio']:.2f} ({lo:.2f}-{hi:.2f}) | {a:.2f}, {b:.2f} (cut after node {r['cut']}) | "
+                     f"{r['cpu']:.2f} |")
     worst = max(abs(r["ratio"] - 1) for r in rows)
     worst_half = max(abs(x - 1) for r in rows for x in r["halves"])
     lines += ["", f"worst |profiled / measured - 1| = {worst:.2f} (step), {worst_half:.2f} (stages of the 2-stage "
