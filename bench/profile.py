@@ -4,22 +4,24 @@
 Usage: python bench/profile.py [--models mlp,gpt,...] [--repeats N] [--runs R] [--out bench/results/profile.md]
 
 For each example artifact (specs/models/*.mlir, inference and training steps) on this machine's CPU
-(one JAX device, no fake devices), every program is compiled once and then, R times over:
+(one JAX device, no fake devices), every program is compiled once and then, R times over, N rounds
+alternate between
 
-* a *profile* pass times what `planmap profile --stat min` times, in its rounds: an empty call, the
-  whole entry function as one program (twice per round), and every fused node cut out as a runtime segment (N rounds,
-  each program once per round, the minimum per program: the 2-core machine is shared, the minimum is
-  the time without interference);
-* a separate *measure* pass times the step (the whole entry function as one program, the
-  measurement, twice per round as the profile does) and, as a check that the calibration carries
-  over to stages, the two halves of the topological order compiled as the two stages of a 2-stage
-  split (N rounds, minimum).
+* a *profile* round: what `planmap profile` times, in its order: an empty call, the whole entry
+  function as one program (twice per round), and every fused node cut out as a runtime segment;
+* a *measure* round: the step (the whole entry function as one program, the measurement, twice per
+  round as the profile times it) and, as a check that the calibration carries over to stages, the
+  two halves of the topological order compiled as the two stages of a 2-stage split.
+
+Per program the minimum over the rounds is kept (`planmap profile --stat min`): the 2-core machine
+is shared, and the minimum is the time without interference. Profile and measure rounds alternate
+because a burst of load on this machine lasts seconds and would otherwise fall on one of them only.
 
 Predictions: *roofline* is planmap's cost model with a generic CPU device type (no calibration);
 *alone* is the sum of the node times, each timed alone; *profiled* is what a plan with
 ``cost.profile`` predicts: the node times scaled by the profile's context factor (the whole program's
 time over the sum of its nodes', :mod:`planmap.profile`) plus one empty call per program. For the
-whole step the context factor is measured on that very program (in another pass), so its ratio says
+whole step the context factor is measured on that very program (in other rounds), so its ratio says
 how repeatable the profile is; the halves are not timed by the profile, so their ratios say how well
 one factor per artifact predicts a stage that holds part of the program. A last pass takes the CPU
 time of all threads instead of wall time (whole program over the sum of its nodes): the work, without
@@ -79,21 +81,25 @@ def run(model: str, repeats: int, runs: int) -> dict:
     art = Artifact.from_file(path)
     dev = jax.local_devices()[0]
     progs = compile_programs(art, coarse, dev, whole=True)
-    halves, half_progs = [], []
+    halves = _halves(coarse, time_programs(progs, 2, 1, "min").seconds)
+    half_progs = [ops_program(art, [int(o) for n in h for o in coarse.members_of(int(n))], dev) for h in halves]
+    # the measurement: the step twice per round, as the profile times it, then the two stages
+    measure = [progs.empty, progs.entry, half_progs[0], progs.entry, half_progs[1]]
+    time_rounds(measure, 1, 0)  # warm-up of the stages' programs; the others were called above
     out: dict[str, list] = {"measured": [], "alone": [], "factor": [], "profiled": [], "halves": [], "cpu": []}
     live = [p for p in progs.nodes if p is not None]
     for _ in range(runs):
-        seconds, overhead, program = time_programs(progs, 2, repeats, "min")  # planmap profile --stat min
-        prof = Profile(sha, device_kind(dev), str(dev.device_kind), spread_over_ops(seconds, coarse, weights),
-                       overhead, 2, repeats, "fuse", program)
-        node_pred = CostModel.build(apply_profile(coarse, original, prof, sha), topo).compute[:, 0]
-        if not halves:
-            halves = _halves(coarse, seconds)
-            half_progs = [ops_program(art, [int(o) for n in h for o in coarse.members_of(int(n))], dev)
-                          for h in halves]
-        # the step twice per round too, as the profile times it; then the two stages
-        t = time_rounds([progs.empty, progs.entry, half_progs[0], progs.entry, half_progs[1]], 2, repeats)
+        # profile and measurement in alternate rounds: a burst of load lasts seconds and would otherwise
+        # fall on one of them only; per program the minimum over the rounds (planmap profile --stat min)
+        rounds = [(time_programs(progs, 0, 1, "min"), time_rounds(measure, 0, 1)[0]) for _ in range(repeats)]
+        seconds = np.min([p.seconds for p, _ in rounds], axis=0)
+        overhead = min(p.overhead for p, _ in rounds)
+        program = min(float(p.program or 0.0) for p, _ in rounds)
+        t = np.array([m for _, m in rounds])
         m = [t[:, [1, 3]].min(), t[:, 2].min(), t[:, 4].min()]
+        prof = Profile(sha, device_kind(dev), str(dev.device_kind), spread_over_ops(seconds, coarse, weights),
+                       overhead, 1, repeats, "fuse", program)
+        node_pred = CostModel.build(apply_profile(coarse, original, prof, sha), topo).compute[:, 0]
         out["measured"].append(m[0])
         out["alone"].append(seconds.sum() + overhead)
         out["factor"].append(prof.context_factor)
