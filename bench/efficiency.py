@@ -51,7 +51,7 @@ def measure(k: int, repeats: int) -> tuple[np.ndarray, np.ndarray]:
         export_jax(dots, jax.ShapeDtypeStruct((k, k), jnp.float32),
                    *[jax.ShapeDtypeStruct((m, k), jnp.float32) for m in SIZES], path=path)
         graph = load_model(path)
-        seconds, _ = time_nodes(Artifact.from_file(path), graph, repeats=repeats, stat="min")
+        seconds = time_nodes(Artifact.from_file(path), graph, repeats=repeats, stat="min").seconds
     is_dot = np.array([kind == "stablehlo.dot_general" for kind in graph.kind])
     return graph.flops[is_dot], seconds[is_dot]
 

@@ -25,10 +25,13 @@ def profile(
     repeats: int = typer.Option(5, "--repeats", min=1, help="Timed rounds (each node called once per round)."),
     stat: str = typer.Option("median", "--stat", help="median over the rounds, or min (on a shared, loaded "
                              "machine the minimum is the time without interference)."),
+    whole: bool = typer.Option(True, "--whole/--no-whole", help="Also time the whole model as one program: "
+                               "node times are scaled to what they cost inside it (the context factor)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the profile path."),
 ) -> None:
     """Measure per-node times of MODEL on a local JAX device (warm-up, repeats, median, minus the cost
-    of an empty call) and write a profile; name it in a spec as cost.profile to plan with them."""
+    of an empty call) and of the whole model as one program, and write a profile; name it in a spec as
+    cost.profile to plan with the node times in context."""
     from planmap import frontend
     from planmap.cost import CostModel
     from planmap.profile import Profile, file_sha256, spread_over_ops, write_profile
@@ -63,19 +66,20 @@ def profile(
 
     if not quiet:
         err.print(f"compiling and timing {coarse.num_nodes} nodes on {dev.device_kind} …")
-    seconds, overhead = time_nodes(Artifact.from_file(model), coarse, device=dev, warmup=warmup, repeats=repeats,
-                                   stat=stat)
+    seconds, overhead, program = time_nodes(Artifact.from_file(model), coarse, device=dev, warmup=warmup,
+                                            repeats=repeats, stat=stat, whole=whole)
     roof = CostModel.build(original, topo).compute[:, 0]
     per_op = spread_over_ops(seconds, coarse, np.where(np.isfinite(roof), roof, 0.0))
     prof = Profile(file_sha256(model), device_kind(dev), str(dev.device_kind), per_op, overhead, warmup, repeats,
-                   level)
+                   level, program)
     path = write_profile(output, prof)
     if quiet:
         typer.echo(str(path))
         return
     typer.echo(f"{path}: {coarse.num_nodes} nodes of {original.num_nodes} ops on {dev.device_kind} "
                f"({prof.device_kind}), {seconds.sum() * 1e3:.3f} ms in all; empty call {overhead * 1e6:.1f} us "
-               "(subtracted)")
+               "(subtracted)" + ("" if program is None else f"; as one program {program * 1e3:.3f} ms (context "
+                                 f"factor {prof.context_factor:.2f})"))
 
 
 def register(app: typer.Typer) -> None:

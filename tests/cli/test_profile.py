@@ -75,7 +75,10 @@ def test_spec_uses_the_profile_and_records_it(model_dir):
     (model_dir / "prof.yaml").write_text(SPEC.format(cost="  cost: {profile: m.profile.json}\n"))
     plain, prof = (build_problem(load_spec(model_dir / f"{n}.yaml")) for n in ("plain", "prof"))
     measured = prof.graph.measured["cpu"]
-    assert measured.sum() == pytest.approx(np.nansum(load_profile(model_dir / "m.profile.json").op_seconds))
+    timed = load_profile(model_dir / "m.profile.json")
+    assert timed.program_seconds is not None  # the whole program was timed too: node times in context
+    assert measured.sum() == pytest.approx(np.nansum(timed.op_seconds) * timed.context_factor)
+    assert measured.sum() == pytest.approx(timed.program_seconds)
     assert np.array_equal(prof.cost.compute[:, 0], measured)
     assert not np.array_equal(plain.cost.compute[:, 0], measured)
     assert prof.cost.launch.sum() == 0  # measured times include the launches
