@@ -202,6 +202,17 @@ def _planned(problem, solution) -> dict[int, dict]:
     return out
 
 
+def assert_costed_layout(exe, planned: dict[int, dict]) -> None:
+    """Every compiled segment takes its inputs and returns its results in its stage's planned specs."""
+    for seg in exe.segments:
+        want = planned[seg.stage]
+        refs = [*seg.cut.inputs, *seg.cut.outputs]
+        got = [*seg.fn.input_shardings[0], *seg.fn.output_shardings]
+        for ref, sharding in zip(refs, got, strict=True):
+            ndim = len(exe.graph.tensor_type(ref).shape)
+            assert sharding.is_equivalent_to(NamedSharding(seg.mesh.mesh, want[ref]), ndim), (seg.stage, ref)
+
+
 def test_compiled_stages_take_the_costed_layout(root):
     """plans/cnn-tpu.plan.yaml (3 sharded stages, 4 + 2 + 2 devices): every compiled stage program takes its
     inputs and returns its results in the layout evaluate costed — stage 0 data parallel over its 4 devices
@@ -218,13 +229,7 @@ def test_compiled_stages_take_the_costed_layout(root):
     problem = build_problem(load_spec(root / "specs" / "cnn-tpu.yaml"))
     planned = _planned(problem, to_solution(problem, files.load(plan).document))
     exe = rt.load(plan, unchecked=True)
-    for seg in exe.segments:
-        want = planned[seg.stage]
-        refs = [*seg.cut.inputs, *seg.cut.outputs]
-        got = [*seg.fn.input_shardings[0], *seg.fn.output_shardings]
-        for ref, sharding in zip(refs, got, strict=True):
-            ndim = len(exe.graph.tensor_type(ref).shape)
-            assert sharding.is_equivalent_to(NamedSharding(seg.mesh.mesh, want[ref]), ndim), (seg.stage, ref)
+    assert_costed_layout(exe, planned)
     s0, s1, s2 = (exe.stage_segments()[k] for k in range(3))
     assert {s.mesh.axes for s in s0} == {(("a0", 4),)}
     convs = {m.group(1) for s in s0 for m in re.finditer(r"= f32\[([0-9,]+)\][^\n]*convolution\(", s.fn.as_text())}
@@ -233,3 +238,26 @@ def test_compiled_stages_take_the_costed_layout(root):
     assert recv and all(s.shard_shape(exe.graph.tensor_type(r).shape)[0] == 8 for r, s in recv)
     recv = [(r, s) for s in s2 for r, s in zip(s.cut.inputs, s.fn.input_shardings[0], strict=True) if r[0] != ARG]
     assert recv and all(s.shard_shape(exe.graph.tensor_type(r).shape)[0] == 4 for r, s in recv)
+
+
+@pytest.mark.slow
+def test_compiled_megatron_training_stages_take_the_costed_layout(root, tmp_path):
+    """A plan written by stages_solution for the GPT training step, two stages each Megatron over (data 2,
+    tensor 2): the forward and backward programs of both stages take and return every value as evaluate
+    costs it (before plans recorded every op result, half of the activations crossing segments were compiled
+    split over ``data`` only where the layout splits them over ``data`` x ``tensor``)."""
+    from planmap.api import Plan
+    from planmap.evaluate import evaluate
+    from planmap.plan import files
+    from planmap.plan.build import make_plan, to_solution
+    from planmap.spec import load_spec
+    from tests.sharding.stages import gpt_train_problem, megatron_stages
+
+    problem = gpt_train_problem()
+    solution = megatron_stages(problem)
+    path = tmp_path / "wc-megatron.plan.yaml"
+    spec = load_spec(root / "specs" / "gpt-train-8dev.yaml")
+    Plan(make_plan(problem, solution, evaluate(problem, solution), spec=spec, plan_path=path), tmp_path).save(path)
+    exe = rt.load(path, unchecked=True)
+    assert_costed_layout(exe, _planned(problem, to_solution(problem, files.load(path).document)))
+    assert [s.stage for s in exe.segments] == [0, 1, 0]
