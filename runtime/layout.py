@@ -133,7 +133,7 @@ class Layouts:
         shape = self.graph.tensor_type(ref).shape
         owner = self.owner(ref)
         foreign = stage is not None and owner is not None and owner != stage
-        if foreign and self._own_mesh[stage]:
+        if foreign and stage is not None and self._own_mesh[stage]:
             named = [() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in spec]
             held = held_spec(named, list(axes), list(axes.values()), shape)
             return tuple(None if not d else d[0] if len(d) == 1 else d for d in held)
