@@ -7,7 +7,10 @@ Layouts (PartitionSpecs on a stage mesh), in order of precedence:
    the axes the stage's mesh has (a pipeline stage on a ``model`` sub-mesh ignores ``data``; a spec
    none of whose axes the mesh has counts as no spec). In a plan of several stages each spec is
    written in the axis names of the stage that *owns* the value (an op result: its producer's stage;
-   an argument: its first consumer's stage). Another stage that uses the value reads the spec as a
+   an argument: its first consumer's stage). Another stage with a mesh of its own holds the value
+   in that spec restricted by name to its axes (:func:`planmap.sharding.owner.held_spec`: names it
+   lacks dropped, a dim whose axes no longer divide it whole), replicated included — exactly the
+   layout the planner costs. A stage on the plan mesh or a replicated stage reads the spec as a
    hint: it takes it when it fits its own mesh (the value then crosses with a plain copy) and
    otherwise falls back to rule 2 — a spec that does not divide a tensor is an error only in the
    owner's stage;
@@ -40,7 +43,7 @@ from planmap.errors import InputError
 from planmap.plan.document import PlanDocument
 from planmap.runtime.annotate import Spec, is_replicated, normalize_spec, restrict_spec
 from planmap.runtime.ir_graph import ARG, EntryGraph, Ref
-from planmap.sharding.owner import argument_owners
+from planmap.sharding.owner import argument_owners, held_spec
 
 __all__ = ["Layouts", "batch_size", "combine_rules", "COMBINE_RULES"]
 
@@ -72,6 +75,7 @@ class Layouts:
     def __init__(self, doc: PlanDocument, graph: EntryGraph, op_stage: np.ndarray | None = None):
         self.graph = graph
         self._op_stage = op_stage
+        self._own_mesh = [st.mesh is not None for st in doc.stages]
         self._arg_stage: dict[int, int] | None = None
         self.data_args = frozenset(doc.data_args)
         self.batch = batch_size(graph, doc.data_args)
@@ -120,17 +124,25 @@ class Layouts:
     def _explicit(self, ref: Ref, axes: dict[str, int], stage: int | None = None) -> Spec | None:
         """The plan's spec for ``ref`` on this mesh; None when there is none or none of its axes exist here
         (a stage on a sub-mesh without the plan's axes then falls back to the batch rule), or when
-        ``stage`` is not the value's owner and the spec does not fit this mesh (module docstring)."""
+        ``stage`` is not the value's owner and the spec does not fit this mesh (module docstring). A stage
+        with a mesh of its own holds a value it does not own exactly as the planner costs it
+        (:func:`planmap.sharding.owner.held_spec`), replicated included."""
         spec = self.arg_specs.get(ref[1]) if ref[0] == ARG else self.value_specs.get(ref)
         if spec is None:
             return None
+        shape = self.graph.tensor_type(ref).shape
+        owner = self.owner(ref)
+        foreign = stage is not None and owner is not None and owner != stage
+        if foreign and stage is not None and self._own_mesh[stage]:
+            named = [() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in spec]
+            held = held_spec(named, list(axes), list(axes.values()), shape)
+            return tuple(None if not d else d[0] if len(d) == 1 else d for d in held)
         restricted = restrict_spec(spec, list(axes))
         if is_replicated(restricted) and not is_replicated(spec):
             return None
-        owner = self.owner(ref)
-        if stage is not None and owner is not None and owner != stage:
-            return restricted if self._divides(restricted, self.graph.tensor_type(ref).shape, axes) is None else None
-        self._check_divides(restricted, self.graph.tensor_type(ref).shape, axes, ref)
+        if foreign:
+            return restricted if self._divides(restricted, shape, axes) is None else None
+        self._check_divides(restricted, shape, axes, ref)
         return restricted
 
     def input_spec(self, ref: Ref, axes: dict[str, int], stage: int | None = None) -> Spec:

@@ -7,8 +7,10 @@ value's producer's stage, an argument's first stage that reads it (its lowest st
 stage that holds the tensor — a value received from another stage, a parameter two stages read (tied
 embeddings), a recomputed constant — holds it in the owner's spec *restricted by name* to its own axes
 (:func:`restrict`): an axis name it does not have, or one whose size no longer divides the dim, is
-dropped. That is the runtime's rule too (``runtime/layout.py`` restricts a spec to a stage's mesh), so
+dropped. That is the runtime's rule too (both take it from :func:`planmap.sharding.owner.held_spec`), so
 the evaluator costs the transfer the runtime does: a ``device_put`` from the sender's layout to that one.
+A plan written from layouts (:func:`stages_solution`) records every op result a stage runs, as an SPMD
+plan does, so the runtime pins the costed layout instead of leaving values to XLA's propagation.
 
 Because a stage's received values take their specs from their senders' layouts, and a training stage
 both sends activations forward and receives gradients back, :func:`stage_layouts` propagates the stages
@@ -25,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from planmap.sharding.mesh import LogicalMesh
-from planmap.sharding.owner import argument_owners
-from planmap.sharding.solution import axis_names
+from planmap.sharding.owner import argument_owners, held_spec
+from planmap.sharding.solution import axis_names, pinned_layout
 from planmap.sharding.specs import Spec, from_partition_spec, is_valid, partition_spec, replicated
-from planmap.sharding.spmd import Propagation, compress
+from planmap.sharding.spmd import Propagation
 from planmap.sharding.stage import StageMap, stage_map, stage_tables
 from planmap.sharding.tables import ShardingTables, graph_operands
 
@@ -91,14 +93,10 @@ def _named(entries: Sequence) -> Named:
 
 
 def restrict(named: Named, names: Sequence[str], sizes: Sequence[int], shape: Sequence[int]) -> Spec:
-    """A spec by axis names held by a stage with axes ``names``/``sizes``: the names it lacks dropped, and
-    a dim's axes dropped when their sizes do not divide it (the tensor is then whole along that dim)."""
+    """A spec by axis names held by a stage with axes ``names``/``sizes``
+    (:func:`planmap.sharding.owner.held_spec`, the runtime's rule too), as axis indices."""
     index = {n: i for i, n in enumerate(names)}
-    out = []
-    for dim, n in zip(named, shape, strict=True):
-        axes = tuple(sorted(index[a] for a in dim if a in index))
-        out.append(axes if n % math.prod(sizes[a] for a in axes) == 0 else ())
-    spec = tuple(out)
+    spec = tuple(tuple(index[a] for a in dim) for dim in held_spec(named, names, sizes, shape))
     return spec if is_valid(spec, shape, sizes) else replicated(len(shape))
 
 
@@ -209,13 +207,26 @@ def stage_layouts(problem: Any, solution: Any) -> list[StageLayout]:
     return [StageLayout(st.index, st.ops, st.mesh, st.names, st.tables, props[st.index].specs()) for st in stages]
 
 
+def _recorded(tables: ShardingTables, specs: Mapping[int, Spec]) -> dict[int, Spec]:
+    """What the plan records of a stage's layout: every op result (:func:`~planmap.sharding.solution.pinned_layout`:
+    the runtime pins them, so XLA compiles the costed layout rather than its own propagation), the arguments
+    that are not replicated, and the model's data arguments even when replicated (the runtime would otherwise
+    split an unrecorded one over a ``data`` axis by its batch rule)."""
+    out = pinned_layout(tables, specs)
+    m = stage_map(tables.graph)
+    for a in tables.graph.args:
+        if a.role == "data" and m is not None and int(m.args[a.index]) >= 0:
+            out[a.value] = specs[a.value]
+    return out
+
+
 def stages_solution(problem: Any, assignment: np.ndarray, layouts: Sequence[tuple[ShardingTables, Mapping[int, Spec]]],
                     certificate: Any, *, schedule: str | None = None, microbatches: int | None = None) -> Any:
     """The Solution of a whole-cluster plan from each stage's tables (:func:`stage_tables`, in stage order)
     and complete layout: stages on the tables' meshes with role-named axes (``()`` for one device), and
-    the layouts compressed into the one Shardings dict in the owners' axis names (module doc). A received
-    value's or a shared argument's spec in a non-owning stage is not recorded: the plan gives it the
-    owner's spec restricted to that stage's axes."""
+    what each layout records (:func:`_recorded`) in the one Shardings dict in the owners' axis names (module
+    doc). A received value's or a shared argument's spec in a non-owning stage is not recorded: the plan gives
+    it the owner's spec restricted to that stage's axes."""
     from planmap.problem import Shardings, Solution, Stage
 
     stages, args, values = [], {}, {}
@@ -238,7 +249,7 @@ def stages_solution(problem: Any, assignment: np.ndarray, layouts: Sequence[tupl
         names = ("_",) if single else axis_names(tables, own_args)
         stages.append(Stage(tuple(int(d) for d in tables.mesh.devices),
                             () if single else tuple(zip(names, tables.mesh.axis_sizes, strict=True))))
-        for v, spec in sorted(compress(tables, specs).items()):
+        for v, spec in sorted(_recorded(tables, specs).items()):
             entries = tuple(tuple(e) if isinstance(e, list) else e for e in partition_spec(spec, names))
             node = int(g.value_node[v])
             if node < 0:

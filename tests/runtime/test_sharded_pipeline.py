@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import planmap.runtime as rt
@@ -178,3 +179,85 @@ def test_two_host_plan_on_sixteen_devices_verifies(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "max error:" in run.stdout and "16 device(s)" in run.stdout
     assert " NO" not in run.stdout
+
+
+def _planned(problem, solution) -> dict[int, dict]:
+    """Per stage of a sharded whole-cluster plan: ``{runtime ref: (PartitionSpec, stage layout)}`` of every
+    value the planner's stage layout holds (arguments, received and produced values), in the stage's names."""
+    from planmap.sharding.specs import partition_spec
+    from planmap.sharding.stage_layout import stage_layouts
+
+    original, out = problem.original, {}
+    for st in stage_layouts(problem, solution):
+        m, g, specs = st.map, st.tables.graph, {}
+        model_arg = {a.value: int(m.args[a.index]) for a in g.args if int(m.args[a.index]) >= 0}
+        for w in range(g.num_values):
+            if w in model_arg:
+                ref = (ARG, model_arg[w])
+            else:
+                v = int(m.values[w])
+                ref = (int(original.value_node[v]), int(original.value_index[v]))
+            specs[ref] = P(*partition_spec(st.layout[w], st.names))
+        out[st.index] = specs
+    return out
+
+
+def assert_costed_layout(exe, planned: dict[int, dict]) -> None:
+    """Every compiled segment takes its inputs and returns its results in its stage's planned specs."""
+    for seg in exe.segments:
+        want = planned[seg.stage]
+        refs = [*seg.cut.inputs, *seg.cut.outputs]
+        got = [*seg.fn.input_shardings[0], *seg.fn.output_shardings]
+        for ref, sharding in zip(refs, got, strict=True):
+            ndim = len(exe.graph.tensor_type(ref).shape)
+            assert sharding.is_equivalent_to(NamedSharding(seg.mesh.mesh, want[ref]), ndim), (seg.stage, ref)
+
+
+def test_compiled_stages_take_the_costed_layout(root):
+    """plans/cnn-tpu.plan.yaml (3 sharded stages, 4 + 2 + 2 devices): every compiled stage program takes its
+    inputs and returns its results in the layout evaluate costed — stage 0 data parallel over its 4 devices
+    (the images replicated, every convolution on a quarter of the batch), stage 1 receiving stage 0's
+    activation whole (its axis is another than stage 0's) and splitting it, stage 2 receiving it split."""
+    import re
+
+    from planmap.assemble import build_problem
+    from planmap.plan import files
+    from planmap.plan.build import to_solution
+    from planmap.spec import load_spec
+
+    plan = root / "plans" / "cnn-tpu.plan.yaml"
+    problem = build_problem(load_spec(root / "specs" / "cnn-tpu.yaml"))
+    planned = _planned(problem, to_solution(problem, files.load(plan).document))
+    exe = rt.load(plan, unchecked=True)
+    assert_costed_layout(exe, planned)
+    s0, s1, s2 = (exe.stage_segments()[k] for k in range(3))
+    assert {s.mesh.axes for s in s0} == {(("a0", 4),)}
+    convs = {m.group(1) for s in s0 for m in re.finditer(r"= f32\[([0-9,]+)\][^\n]*convolution\(", s.fn.as_text())}
+    assert convs == {"2,32,32,16"}  # batch 8 over 4 devices: no device computes the whole batch
+    recv = [(r, s) for s in s1 for r, s in zip(s.cut.inputs, s.fn.input_shardings[0], strict=True) if r[0] != ARG]
+    assert recv and all(s.shard_shape(exe.graph.tensor_type(r).shape)[0] == 8 for r, s in recv)
+    recv = [(r, s) for s in s2 for r, s in zip(s.cut.inputs, s.fn.input_shardings[0], strict=True) if r[0] != ARG]
+    assert recv and all(s.shard_shape(exe.graph.tensor_type(r).shape)[0] == 4 for r, s in recv)
+
+
+@pytest.mark.slow
+def test_compiled_megatron_training_stages_take_the_costed_layout(root, tmp_path):
+    """A plan written by stages_solution for the GPT training step, two stages each Megatron over (data 2,
+    tensor 2): the forward and backward programs of both stages take and return every value as evaluate
+    costs it (before plans recorded every op result, half of the activations crossing segments were compiled
+    split over ``data`` only where the layout splits them over ``data`` x ``tensor``)."""
+    from planmap.api import Plan
+    from planmap.evaluate import evaluate
+    from planmap.plan import files
+    from planmap.plan.build import make_plan, to_solution
+    from planmap.spec import load_spec
+    from tests.sharding.stages import gpt_train_problem, megatron_stages
+
+    problem = gpt_train_problem()
+    solution = megatron_stages(problem)
+    path = tmp_path / "wc-megatron.plan.yaml"
+    spec = load_spec(root / "specs" / "gpt-train-8dev.yaml")
+    Plan(make_plan(problem, solution, evaluate(problem, solution), spec=spec, plan_path=path), tmp_path).save(path)
+    exe = rt.load(path, unchecked=True)
+    assert_costed_layout(exe, _planned(problem, to_solution(problem, files.load(path).document)))
+    assert [s.stage for s in exe.segments] == [0, 1, 0]

@@ -30,3 +30,19 @@ def split_assignment(problem) -> np.ndarray:
     s0, _ = two_stages(problem)
     g = problem.graph
     return np.array([0 if np.isin(g.members_of(i), s0).all() else 1 for i in range(g.num_nodes)], np.int32)
+
+
+def megatron_stages(problem, schedule: str = "1f1b"):
+    """Embedding + layers 0-1 on devices 0-3, layers 2-3 + head on 4-7, each (data 2, tensor 2) Megatron."""
+    from planmap.problem import Certificate, Status
+    from planmap.sharding import LogicalMesh, propagate
+    from planmap.sharding.stage import stage_tables
+    from planmap.sharding.stage_layout import stages_solution
+    from planmap.solvers.sharding.baselines import megatron_overrides
+
+    layouts = []
+    for ops, devs in zip(two_stages(problem), ([0, 1, 2, 3], [4, 5, 6, 7]), strict=True):
+        t = stage_tables(problem, ops, LogicalMesh.build(problem.topology, (2, 2), devs))
+        layouts.append((t, propagate(t, megatron_overrides(t, 1, 0))))
+    return stages_solution(problem, split_assignment(problem), layouts, Certificate(Status.HEURISTIC, "test"),
+                           schedule=schedule)

@@ -14,20 +14,9 @@ from planmap.sharding import LogicalMesh, ShardingTables, logical_meshes, propag
 from planmap.sharding.solution import spmd_solution
 from planmap.sharding.stage import stage_tables
 from planmap.sharding.stage_layout import stage_layouts, stages_solution
-from tests.sharding.stages import split_assignment, two_stages
+from tests.sharding.stages import megatron_stages, split_assignment, two_stages
 
 CERT = Certificate(Status.HEURISTIC, "test")
-
-
-def megatron_stages(problem, schedule: str = "1f1b") -> Solution:
-    """Embedding + layers 0-1 on devices 0-3, layers 2-3 + head on 4-7, each (data 2, tensor 2) Megatron."""
-    from planmap.solvers.sharding.baselines import megatron_overrides
-
-    layouts = []
-    for ops, devs in zip(two_stages(problem), ([0, 1, 2, 3], [4, 5, 6, 7]), strict=True):
-        t = stage_tables(problem, ops, LogicalMesh.build(problem.topology, (2, 2), devs))
-        layouts.append((t, propagate(t, megatron_overrides(t, 1, 0))))
-    return stages_solution(problem, split_assignment(problem), layouts, CERT, schedule=schedule)
 
 
 @pytest.fixture(scope="module")
