@@ -62,6 +62,10 @@ class Partial:
     def num_stages(self) -> int:
         return len(self.starts)
 
+    def copy(self) -> Partial:
+        return Partial(list(self.starts), list(self.devices), self.next_group, self.pointer, self.cpus,
+                       set(self.params), self.fixed, self.stash, self.ws, self.compute)
+
 
 def _groups(problem: Problem, max_groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Forward node ids in order and the group id of each forward position: cuts at layer changes, topped up

@@ -81,10 +81,13 @@ def test_same_seed_same_training_and_plan():
     def run():
         agent = Agent(AgentConfig(batch=16, eps_decay=100), seed=7)
         train(agent, p, episodes=4, seed=7)
-        obj, sol, _, _ = plan_with_agent(agent, p, rollouts=3)
-        return obj, sol.assignment.tolist(), [s.devices for s in sol.stages]
+        res, _ = plan_with_agent(agent, p, evaluations=6)
+        sol = res.plan
+        return res.objective, res.evaluations, sol.assignment.tolist(), [s.devices for s in sol.stages]
 
-    assert run() == run()
+    first = run()
+    assert first == run()
+    assert 1 <= first[1] <= 6  # the search stays within its evaluate budget
 
 
 def test_solver_answers_a_feasible_plan_with_a_certificate(tmp_path):
@@ -93,7 +96,7 @@ def test_solver_answers_a_feasible_plan_with_a_certificate(tmp_path):
     train(agent, p, episodes=4)
     path = tmp_path / "a.pt"
     sha = checkpoint.save(agent, path)
-    sol = get("dqn").solve(p, SolveOptions(time_limit=30, passthrough={"checkpoint": str(path), "rollouts": 3,
+    sol = get("dqn").solve(p, SolveOptions(time_limit=30, passthrough={"checkpoint": str(path), "evaluations": 4,
                                                                        "exact": True}))
     ev = evaluate(p, sol)
     c = sol.certificate
@@ -147,6 +150,6 @@ def test_agent_cli_trains_writes_a_curve_and_evaluates(tmp_path):
     assert r.exit_code == 0, r.output
     assert ck.is_file() and png.stat().st_size > 0 and "2 episodes" in r.output
     r = CliRunner().invoke(app, ["agent", "eval", "--checkpoint", str(ck), "--held-out", "1", "--no-exact",
-                                 "--rollouts", "1"])
+                                 "--evaluations", "1"])
     assert r.exit_code == 0, r.output
     assert "bert3-ops" in r.output

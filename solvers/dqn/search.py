@@ -1,0 +1,242 @@
+"""The agent's own search at inference: a Q-ranked beam over the masked action sequence, then a Q-ordered
+improvement pass, under a hard budget of ``evaluate`` calls and a time limit.
+
+Auto-MAP searches with its Q-values too; here the Q-network ranks, ``evaluate`` judges. A partial plan's
+score is the shaping reward so far plus the Q-value of its last action: the agent's estimate of the
+episode's return, minus the plan's objective in ideal loads (:mod:`.env`). The beam keeps the ``width``
+best partial plans at each step (every valid action of each is a candidate; an SPMD baseline at the first
+step is a complete candidate). Complete candidates are then evaluated best first — a quarter of the
+budget — and the best plan is improved: its neighbours (a cut moved one group earlier or later, a stage
+merged into the previous one, a group split off as a new stage, a stage on another submesh size), replayed
+through the masks (so only plans the masks allow are judged) and ranked by their score, are evaluated in
+that order; the first one better than the incumbent replaces it and its neighbours are ranked next, until
+the budget or the time is spent. Everything is deterministic (stable sorts, ties broken by the action
+sequence) except where the time limit cuts the search short, which the result says.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planmap.problem import Solution
+
+from .env import PlanEnv
+from .space import CONTINUE, CPU, Partial
+
+__all__ = ["SearchResult", "search"]
+
+Actions = tuple[int, ...]
+
+
+@dataclass
+class SearchResult:
+    objective: float = math.inf
+    actions: Actions = ()
+    plan: Solution | None = None
+    evaluations: int = 0
+    candidates: int = 0  # complete plans the beam produced
+    timed_out: bool = False
+    seconds: float = 0.0
+    history: list[float] = field(default_factory=list)  # best objective after each evaluate call
+
+
+def _open_load(env: PlanEnv, s: Partial) -> float:
+    """The open stage's compute per replica, in ideal loads (0 before the first stage)."""
+    return s.compute / len(s.devices[-1]) / env.features.ideal if s.num_stages else 0.0
+
+
+def _estimate(ret: float, q: float, closed: float, s: Partial, env: PlanEnv) -> float:
+    """The agent's estimate of the return after an action: the rewards so far plus its Q-value, never above
+    what the stages' compute already costs (minus the largest per-replica compute of a stage, closed or open:
+    the objective is at least that)."""
+    return min(ret + q, -max(closed, _open_load(env, s)))
+
+
+def _beam(agent, env: PlanEnv, width: int) -> list[tuple[float, Actions]]:
+    """Complete action sequences of a Q-ranked beam, best estimate first."""
+    space, feats = env.space, env.features
+    frontier: list[tuple[Partial, float, float, Actions]] = [(Partial(), 0.0, 0.0, ())]  # state, closed, ret, acts
+    done: list[tuple[float, Actions]] = []
+    while frontier:
+        masks = [space.mask(s) for s, *_ in frontier]
+        q = agent.q_batch(np.stack([feats.observe(s, m) for (s, *_), m in zip(frontier, masks, strict=True)]))
+        children: list[tuple[float, Actions, Partial, float, float]] = []
+        for i, ((s0, closed0, ret0, acts), m) in enumerate(zip(frontier, masks, strict=True)):
+            for a in np.flatnonzero(m).tolist():
+                if a > CPU:
+                    done.append((ret0 + float(q[i, a]), (*acts, a)))
+                    continue
+                s = s0.copy()
+                closed, r = env.advance(s, closed0, a)
+                children.append((_estimate(ret0, float(q[i, a]), closed, s, env), (*acts, a), s, closed, ret0 + r))
+        children.sort(key=lambda c: (-c[0], c[1]))
+        frontier = []
+        for score, acts, s, closed, ret in children[:width]:
+            if s.next_group == space.num_groups:
+                done.append((score, acts))
+            else:
+                frontier.append((s, closed, ret, acts))
+    done.sort(key=lambda c: (-c[0], c[1]))
+    return done
+
+
+def _loads(env: PlanEnv, s: Partial) -> tuple[float, ...]:
+    """Per-replica compute of every stage of a complete plan, largest first (a tie-break on the plateaus of
+    a bottleneck objective: of two plans with the same largest load, the one with fewer stages near it)."""
+    bounds = [*s.starts, env.space.num_groups]
+    loads = [sum(float(env.space.compute[t, list(d)].max()) for t in range(a, b)) / len(d)
+             for a, b, d in zip(bounds[:-1], bounds[1:], s.devices, strict=True)]
+    return tuple(sorted(loads, reverse=True))
+
+
+def _key(ev) -> tuple[float, tuple[float, ...]]:
+    """Plans compare by objective, then by their devices' loads, largest first."""
+    return ev.objective, tuple(np.sort(np.nan_to_num(ev.load, nan=0.0))[::-1].tolist())
+
+
+def _better(a: tuple[float, tuple], b: tuple[float, tuple]) -> bool:
+    if a[0] < b[0] * (1 - 1e-9):
+        return True
+    return a[0] <= b[0] * (1 + 1e-9) and a[1] < b[1]
+
+
+class _Replayer:
+    """Scores complete pipeline sequences by replaying them through the masks, reusing the states of the
+    prefix they share with the sequence last given to :meth:`set_base`."""
+
+    def __init__(self, agent, env: PlanEnv):
+        self.agent, self.env = agent, env
+        self.base: Actions = ()
+        self.prefix: list[tuple[Partial, float, float]] = []  # before step k: state, closed, ret
+
+    def set_base(self, acts: Actions) -> None:
+        self.base, self.prefix = acts, []
+        s, closed, ret = Partial(), 0.0, 0.0
+        for a in acts:
+            self.prefix.append((s.copy(), closed, ret))
+            closed, r = self.env.advance(s, closed, a)
+            ret += r
+
+    def score(self, acts: Actions) -> tuple[float, tuple[float, ...]] | None:
+        """The estimate of a complete sequence and its stages' compute loads (largest first) when the masks
+        allow every step of it, else None."""
+        k = next((i for i, (a, b) in enumerate(zip(acts, self.base, strict=False)) if a != b), len(self.base))
+        if not self.prefix or len(acts) != len(self.base):
+            return None
+        s, closed, ret = self.prefix[min(k, len(self.prefix) - 1)]
+        k = min(k, len(self.prefix) - 1)
+        s = s.copy()
+        space = self.env.space
+        for i in range(k, len(acts)):
+            m = space.mask(s)
+            if not m[acts[i]]:
+                return None
+            if i == len(acts) - 1:
+                q = float(self.agent.q_batch(self.env.features.observe(s, m)[None])[0, acts[i]])
+                closed, _ = self.env.advance(s, closed, acts[i])
+                return _estimate(ret, q, closed, s, self.env), _loads(self.env, s)
+            closed, r = self.env.advance(s, closed, acts[i])
+            ret += r
+        return None
+
+
+def _neighbours(acts: Actions, shifts_only: bool = False) -> list[Actions]:
+    """Plans one edit away: a cut moved by one group, a stage merged or split, a stage's submesh size changed
+    (``shifts_only``: only the cut moves, the cheap neighbourhood of :func:`_descend`)."""
+    out: list[Actions] = []
+    n = len(acts)
+    for i, a in enumerate(acts):
+        if a == CONTINUE:
+            if shifts_only:
+                continue
+            out += [(*acts[:i], b, *acts[i + 1:]) for b in range(1, CPU + 1)]  # split a new stage off here
+            continue
+        if i > 0:
+            if not shifts_only:
+                out.append((*acts[:i], CONTINUE, *acts[i + 1:]))  # merge into the previous stage
+            if acts[i - 1] == CONTINUE:
+                out.append((*acts[:i - 1], a, CONTINUE, *acts[i + 1:]))  # cut one group earlier
+        if i + 1 < n and acts[i + 1] == CONTINUE:
+            out.append((*acts[:i], CONTINUE, a, *acts[i + 2:]))  # cut one group later
+        if not shifts_only:
+            out += [(*acts[:i], b, *acts[i + 1:]) for b in range(1, CPU + 1) if b != a]  # another submesh
+    return list(dict.fromkeys(out))
+
+
+def _descend(replayer: _Replayer, acts: Actions, steps: int) -> Actions:
+    """Follow the agent's estimate downhill without evaluating: up to ``steps`` times, move to the neighbour
+    with the best (estimate, compute loads) when it beats the current plan's."""
+    replayer.set_base(acts)
+    here = replayer.score(acts)
+    for _ in range(steps):
+        if here is None:
+            break
+        scored = [(sc, nb) for nb in _neighbours(acts, True) if (sc := replayer.score(nb)) is not None]
+        if not scored:
+            break
+        sc, nb = min(scored, key=lambda c: (-c[0][0], c[0][1], c[1]))
+        if (-sc[0], sc[1]) >= (-here[0], here[1]):
+            break
+        acts, here = nb, sc
+        replayer.set_base(acts)
+    return acts
+
+
+def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 8, seconds: float = 10.0,
+           descent: int = 64) -> SearchResult:
+    """Beam, then improvement, within ``evaluations`` evaluate calls and ``seconds`` (see the module doc)."""
+    t0 = time.perf_counter()
+    res = SearchResult()
+    seen: dict[Actions, tuple[float, tuple]] = {}
+
+    def judge(acts: Actions) -> tuple[float, tuple]:
+        if acts in seen:
+            return seen[acts]
+        if res.evaluations >= evaluations or (res.evaluations and time.perf_counter() - t0 > seconds):
+            res.timed_out = res.evaluations < evaluations
+            raise StopIteration
+        before = env.evaluations
+        env.reset()
+        info: dict = {}
+        for a in acts:
+            _, _, done, _, info = env.step(a)
+            if done:
+                break
+        res.evaluations += env.evaluations - before
+        obj = float(info.get("objective", math.inf))
+        seen[acts] = key = _key(env.evaluation) if math.isfinite(obj) else (math.inf, ())
+        if obj < res.objective:
+            res.objective, res.actions, res.plan = obj, acts, env.plan
+        res.history.append(res.objective)
+        return key
+
+    try:
+        ranked = _beam(agent, env, width)
+        res.candidates = len(ranked)
+        for _, acts in ranked[: max(1, evaluations // 4)]:
+            judge(acts)
+        pipelines = [(key, acts) for acts, key in seen.items() if acts[-1] <= CPU and math.isfinite(key[0])]
+        incumbent, current = min(pipelines, default=((math.inf, ()), ()))
+        replayer = _Replayer(agent, env)
+        while current:
+            down = _descend(replayer, current, descent)
+            if down != current and down not in seen and _better(key := judge(down), incumbent):
+                incumbent, current = key, down
+                continue
+            replayer.set_base(current)
+            scored = [(sc, nb) for nb in _neighbours(current) if nb not in seen
+                      and (sc := replayer.score(nb)) is not None]
+            scored.sort(key=lambda c: (-c[0][0], c[0][1], c[1]))
+            current = ()
+            for _, nb in scored:
+                if _better(key := judge(nb), incumbent):
+                    incumbent, current = key, nb
+                    break
+    except StopIteration:
+        pass
+    res.seconds = time.perf_counter() - t0
+    return res
