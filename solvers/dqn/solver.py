@@ -6,8 +6,9 @@ target for ``finetune`` seconds (within the time limit), then searches with its 
 ``evaluations`` calls of ``evaluate`` (default 32) and ``seconds`` (default 10, and never past the time
 limit). The best plan is answered, re-scored by ``evaluate``; when ``exact``
 is set (default: off) the ``dp`` solver runs in what is left of the time limit and the certificate
-gives the gap to its bound. The certificate's options hold the checkpoint's sha256 (a plan input:
-another checkpoint gives another plan file), the reward and the number of evaluations.
+gives the gap to its bound. The checkpoint is a plan input (``Certificate.inputs``: the plan records its
+path and sha256, so ``planmap check`` reports the plan stale when the checkpoint changes); the
+certificate's options also hold its sha256, and the message the reward and the number of evaluations.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
@@ -52,7 +54,8 @@ class DQN:
         pt = dict(options.passthrough)
         path = pt.get("checkpoint")
         agent, _meta = checkpoint.load(path, seed=options.seed)
-        sha = checkpoint.sha256(path or checkpoint.shipped_path())
+        ck_path = Path(path) if path else checkpoint.shipped_path()
+        sha = checkpoint.sha256(ck_path)
         limit = options.time_limit if options.time_limit and options.time_limit > 0 else math.inf
         tune = min(float(pt.get("finetune", 0.0)), 0.5 * limit)
         groups = int(pt.get("max_groups", 32))
@@ -80,7 +83,8 @@ class DQN:
         msg = (f"DQN agent ({VERSION}): reward {-ev.objective:.6g}s (minus the objective), {evals} evaluations "
                f"(budget {budget}{stopped}), {tuned}checkpoint sha256 {sha[:12]}{note}")
         cert = Certificate(status, self.name, objective=ev.objective, bound=bound, version=VERSION, message=msg,
-                           options=opts, wall_time=time.perf_counter() - t0)
+                           options=opts, wall_time=time.perf_counter() - t0,
+                           inputs=(("checkpoint", str(ck_path.resolve())),))
         return replace(sol, certificate=cert)
 
     @staticmethod

@@ -153,3 +153,29 @@ def test_agent_cli_trains_writes_a_curve_and_evaluates(tmp_path):
                                  "--evaluations", "1"])
     assert r.exit_code == 0, r.output
     assert "bert3-ops" in r.output
+
+
+def test_checkpoint_is_a_plan_input_so_a_changed_checkpoint_makes_the_plan_stale(tmp_path):
+    from typer.testing import CliRunner
+
+    from planmap import plan as plan_mod
+    from planmap.assemble import build_problem
+    from planmap.cli import app
+    from planmap.spec import load_spec
+
+    spec = load_spec("specs/gpt-8dev.yaml")
+    problem = build_problem(spec)
+    ck = tmp_path / "agent.pt"
+    checkpoint.save(Agent(seed=0), ck)
+    sol = get("dqn").solve(problem, SolveOptions(time_limit=60, passthrough={"checkpoint": str(ck),
+                                                                             "evaluations": 2}))
+    path = tmp_path / "gpt.plan.yaml"
+    doc = plan_mod.make_plan(problem, sol, evaluate(problem, sol), spec=spec, plan_path=path)
+    assert [i.role for i in doc.inputs][-1] == "checkpoint"
+    assert doc.inputs[-1].sha256 == checkpoint.sha256(ck)
+    plan_mod.save(doc, path, header_lines=plan_mod.header("specs/gpt-8dev.yaml", path, []))
+    r = CliRunner().invoke(app, ["check", str(path)])
+    assert r.exit_code == 0, r.output
+    checkpoint.save(Agent(seed=1), ck)  # another network: the plan no longer says what this checkpoint gives
+    r = CliRunner().invoke(app, ["check", str(path)])
+    assert r.exit_code == 2 and "checkpoint" in r.output, r.output
