@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -102,6 +103,8 @@ def main() -> None:
     ap.add_argument("--ablation", type=int, default=150, help="episodes at most (0: skip)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    here = Path(__file__).resolve().parent  # bench/profile.py would shadow the stdlib's profile (torch imports it)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     stamp = header()
     print(stamp + "\n", flush=True)
     agent, meta = checkpoint.load()

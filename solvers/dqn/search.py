@@ -2,16 +2,22 @@
 improvement pass, under a hard budget of ``evaluate`` calls and a time limit.
 
 Auto-MAP searches with its Q-values too; here the Q-network ranks, ``evaluate`` judges. A partial plan's
-score is the shaping reward so far plus the Q-value of its last action: the agent's estimate of the
-episode's return, minus the plan's objective in ideal loads (:mod:`.env`). The beam keeps the ``width``
-best partial plans at each step (every valid action of each is a candidate; an SPMD baseline at the first
-step is a complete candidate). Complete candidates are then evaluated best first — a quarter of the
-budget — and the best plan is improved: its neighbours (a cut moved one group earlier or later, a stage
-merged into the previous one, a group split off as a new stage, a stage on another submesh size), replayed
-through the masks (so only plans the masks allow are judged) and ranked by their score, are evaluated in
-that order; the first one better than the incumbent replaces it and its neighbours are ranked next, until
-the budget or the time is spent. Everything is deterministic (stable sorts, ties broken by the action
-sequence) except where the time limit cuts the search short, which the result says.
+score is the shaping reward so far plus the Q-value of its last action — the agent's estimate of the
+episode's return, minus the plan's objective in ideal loads (:mod:`.env`) — capped by what the stages'
+compute already costs (the objective is at least the largest per-replica compute of a stage). The beam
+keeps the ``width`` best partial plans at each step (every valid action of each is a candidate; an SPMD
+baseline at the first step is a complete candidate). Complete candidates are evaluated best first (a
+quarter of the budget); then each evaluated pipeline, best first, is improved in turn:
+
+* a descent without ``evaluate``: cut moves (one group earlier or later) while they lower the stages'
+  compute loads (largest first), then one evaluation of where it ends;
+* the neighbours (cut moves, a stage merged into the previous one, a group split off as a new stage, a
+  stage on another submesh size), replayed through the masks (only plans the masks allow are judged)
+  and ranked by score, evaluated in that order; the first better than the incumbent (objective, then
+  device loads largest first: a tie-break on the plateaus of a bottleneck objective) replaces it.
+
+The search stops when the budget or the time is spent. Everything is deterministic (stable sorts, ties
+broken by the action sequence) except where the time limit cuts the search short, which the result says.
 """
 
 from __future__ import annotations
@@ -168,8 +174,8 @@ def _neighbours(acts: Actions, shifts_only: bool = False) -> list[Actions]:
 
 
 def _descend(replayer: _Replayer, acts: Actions, steps: int) -> Actions:
-    """Follow the agent's estimate downhill without evaluating: up to ``steps`` times, move to the neighbour
-    with the best (estimate, compute loads) when it beats the current plan's."""
+    """Follow the cost model's compute downhill without evaluating: up to ``steps`` times, move to the cut
+    move whose stages' compute loads (largest first) beat the current plan's."""
     replayer.set_base(acts)
     here = replayer.score(acts)
     for _ in range(steps):
@@ -178,15 +184,15 @@ def _descend(replayer: _Replayer, acts: Actions, steps: int) -> Actions:
         scored = [(sc, nb) for nb in _neighbours(acts, True) if (sc := replayer.score(nb)) is not None]
         if not scored:
             break
-        sc, nb = min(scored, key=lambda c: (-c[0][0], c[0][1], c[1]))
-        if (-sc[0], sc[1]) >= (-here[0], here[1]):
+        sc, nb = min(scored, key=lambda c: (c[0][1], c[1]))
+        if sc[1] >= here[1]:
             break
         acts, here = nb, sc
         replayer.set_base(acts)
     return acts
 
 
-def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 8, seconds: float = 10.0,
+def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds: float = 10.0,
            descent: int = 64) -> SearchResult:
     """Beam, then improvement, within ``evaluations`` evaluate calls and ``seconds`` (see the module doc)."""
     t0 = time.perf_counter()
@@ -219,24 +225,29 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 8, seconds: 
         res.candidates = len(ranked)
         for _, acts in ranked[: max(1, evaluations // 4)]:
             judge(acts)
-        pipelines = [(key, acts) for acts, key in seen.items() if acts[-1] <= CPU and math.isfinite(key[0])]
-        incumbent, current = min(pipelines, default=((math.inf, ()), ()))
+        starts = sorted((key, acts) for acts, key in seen.items() if acts[-1] <= CPU and math.isfinite(key[0]))
         replayer = _Replayer(agent, env)
-        while current:
-            down = _descend(replayer, current, descent)
-            if down != current and down not in seen and _better(key := judge(down), incumbent):
-                incumbent, current = key, down
-                continue
-            replayer.set_base(current)
-            scored = [(sc, nb) for nb in _neighbours(current) if nb not in seen
-                      and (sc := replayer.score(nb)) is not None]
-            scored.sort(key=lambda c: (-c[0][0], c[0][1], c[1]))
-            current = ()
-            for _, nb in scored:
-                if _better(key := judge(nb), incumbent):
-                    incumbent, current = key, nb
-                    break
+        for incumbent, current in starts:
+            _improve(judge, replayer, seen, incumbent, current, descent)
     except StopIteration:
         pass
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _improve(judge, replayer: _Replayer, seen: dict, incumbent: tuple, current: Actions, descent: int) -> None:
+    """Hill-climb from ``current`` (see the module doc) until no neighbour is better."""
+    while current:
+        down = _descend(replayer, current, descent)
+        if down != current and down not in seen and _better(key := judge(down), incumbent):
+            incumbent, current = key, down
+            continue
+        replayer.set_base(current)
+        scored = [(sc, nb) for nb in _neighbours(current) if nb not in seen
+                  and (sc := replayer.score(nb)) is not None]
+        scored.sort(key=lambda c: (-c[0][0], c[0][1], c[1]))
+        current = ()
+        for _, nb in scored:
+            if _better(key := judge(nb), incumbent):
+                incumbent, current = key, nb
+                break

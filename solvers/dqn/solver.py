@@ -33,7 +33,7 @@ VERSION = "2"
 
 
 def plan_with_agent(agent, problem: Problem, evaluations: int = 32, max_groups: int = 32, seconds: float = 10.0,
-                    width: int = 8) -> tuple[SearchResult, PlanEnv]:
+                    width: int = 32) -> tuple[SearchResult, PlanEnv]:
     """The agent's search (:func:`.search.search`) on ``problem``: at most ``evaluations`` evaluate calls and
     ``seconds``; the result holds the best plan (``plan``: None when nothing fits)."""
     env = PlanEnv(problem, max_groups)
@@ -42,7 +42,7 @@ def plan_with_agent(agent, problem: Problem, evaluations: int = 32, max_groups: 
 
 class DQN:
     """A pre-trained Double-DQN agent (see the module doc). Options (``passthrough``): ``checkpoint`` (path),
-    ``evaluations`` (default 32), ``seconds`` (search time, default 10), ``width`` (beam, default 8),
+    ``evaluations`` (default 32), ``seconds`` (search time, default 10), ``width`` (beam, default 32),
     ``finetune`` (seconds, default 0), ``exact`` (run ``dp`` for the gap, default false), ``max_groups``
     (default 32)."""
 
@@ -65,7 +65,7 @@ class DQN:
 
             log = train(agent, problem, seconds=tune, seed=options.seed, max_groups=groups)
             evals += log.evaluations
-        budget, width = int(pt.get("evaluations", 32)), int(pt.get("width", 8))
+        budget, width = int(pt.get("evaluations", 32)), int(pt.get("width", 32))
         seconds = max(0.0, min(float(pt.get("seconds", 10.0)), limit - (time.perf_counter() - t0)))
         res, _env = plan_with_agent(agent, problem, budget, groups, seconds, width)
         evals += res.evaluations
