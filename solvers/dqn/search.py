@@ -31,7 +31,7 @@ import numpy as np
 from planmap.problem import Solution
 
 from .env import PlanEnv
-from .space import CONTINUE, CPU, Partial
+from .space import CONTINUE, CPU, SIZES, Partial
 
 __all__ = ["SearchResult", "search"]
 
@@ -173,22 +173,66 @@ def _neighbours(acts: Actions, shifts_only: bool = False) -> list[Actions]:
     return list(dict.fromkeys(out))
 
 
-def _descend(replayer: _Replayer, acts: Actions, steps: int) -> Actions:
+class _Loads:
+    """The stages' compute loads of a complete pipeline sequence from prefix sums (one action per group: a
+    cut at group ``i`` starts a stage there), without replaying it through the masks: cheap enough to rank
+    every neighbour and to descend on."""
+
+    def __init__(self, env: PlanEnv):
+        self.space = env.space
+        self.cum: dict[tuple[int, ...], np.ndarray] = {}
+
+    def _prefix(self, devs: tuple[int, ...]) -> np.ndarray:
+        if devs not in self.cum:
+            per_group = self.space.compute[:, list(devs)].max(axis=1) / len(devs)
+            self.cum[devs] = np.concatenate([[0.0], np.cumsum(per_group)])
+        return self.cum[devs]
+
+    def __call__(self, acts: Actions) -> tuple[float, ...] | None:
+        """Largest first; None when a cut finds no devices."""
+        sp = self.space
+        ptr = cpus = 0
+        stages: list[tuple[int, tuple[int, ...]]] = []
+        for i, a in enumerate(acts):
+            if a == CONTINUE:
+                if not stages:
+                    return None
+                continue
+            if a == CPU:
+                if cpus >= len(sp.cpus):
+                    return None
+                devs: tuple[int, ...] | None = (sp.cpus[cpus],)
+                cpus += 1
+            else:
+                devs = sp.block(ptr, SIZES[a - 1])
+                if devs is None:
+                    return None
+                ptr += len(devs)
+            stages.append((i, devs))
+        ends = [i for i, _ in stages[1:]] + [len(acts)]
+        loads = [float(self._prefix(d)[e] - self._prefix(d)[i]) for (i, d), e in zip(stages, ends, strict=True)]
+        return tuple(sorted(loads, reverse=True))
+
+
+def _descend(replayer: _Replayer, loads: _Loads, acts: Actions, steps: int) -> Actions:
     """Follow the cost model's compute downhill without evaluating: up to ``steps`` times, move to the cut
-    move whose stages' compute loads (largest first) beat the current plan's."""
-    replayer.set_base(acts)
-    here = replayer.score(acts)
+    move whose stages' compute loads (largest first) beat the current plan's most; the end point is kept
+    only when the masks allow it (checked once, at the end)."""
+    start, here = acts, loads(acts)
     for _ in range(steps):
         if here is None:
             break
-        scored = [(sc, nb) for nb in _neighbours(acts, True) if (sc := replayer.score(nb)) is not None]
+        scored = [(sc, nb) for nb in _neighbours(acts, True) if (sc := loads(nb)) is not None]
         if not scored:
             break
-        sc, nb = min(scored, key=lambda c: (c[0][1], c[1]))
-        if sc[1] >= here[1]:
+        sc, nb = min(scored)
+        if sc >= here:
             break
         acts, here = nb, sc
-        replayer.set_base(acts)
+    if acts != start:
+        replayer.set_base(start)
+        if replayer.score(acts) is None:
+            return start
     return acts
 
 
@@ -226,25 +270,26 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
         for _, acts in ranked[: max(1, evaluations // 4)]:
             judge(acts)
         starts = sorted((key, acts) for acts, key in seen.items() if acts[-1] <= CPU and math.isfinite(key[0]))
-        replayer = _Replayer(agent, env)
+        replayer, loads = _Replayer(agent, env), _Loads(env)
         for incumbent, current in starts:
-            _improve(judge, replayer, seen, incumbent, current, descent)
+            _improve(judge, replayer, loads, seen, incumbent, current, descent)
     except StopIteration:
         pass
     res.seconds = time.perf_counter() - t0
     return res
 
 
-def _improve(judge, replayer: _Replayer, seen: dict, incumbent: tuple, current: Actions, descent: int) -> None:
-    """Hill-climb from ``current`` (see the module doc) until no neighbour is better."""
+def _improve(judge, replayer: _Replayer, loads: _Loads, seen: dict, incumbent: tuple, current: Actions,
+             descent: int, shortlist: int = 24) -> None:
+    """Hill-climb from ``current`` (see the module doc) until no neighbour on the shortlist is better."""
     while current:
-        down = _descend(replayer, current, descent)
+        down = _descend(replayer, loads, current, descent)
         if down != current and down not in seen and _better(key := judge(down), incumbent):
             incumbent, current = key, down
             continue
+        cheap = sorted((sc, nb) for nb in _neighbours(current) if nb not in seen and (sc := loads(nb)) is not None)
         replayer.set_base(current)
-        scored = [(sc, nb) for nb in _neighbours(current) if nb not in seen
-                  and (sc := replayer.score(nb)) is not None]
+        scored = [(sc, nb) for _, nb in cheap[:shortlist] if (sc := replayer.score(nb)) is not None]
         scored.sort(key=lambda c: (-c[0][0], c[0][1], c[1]))
         current = ()
         for _, nb in scored:

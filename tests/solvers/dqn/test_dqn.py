@@ -81,13 +81,29 @@ def test_same_seed_same_training_and_plan():
     def run():
         agent = Agent(AgentConfig(batch=16, eps_decay=100), seed=7)
         train(agent, p, episodes=4, seed=7)
-        res, _ = plan_with_agent(agent, p, evaluations=6)
+        res, _ = plan_with_agent(agent, p, evaluations=6, seconds=600)  # no time cut: deterministic
         sol = res.plan
         return res.objective, res.evaluations, sol.assignment.tolist(), [s.devices for s in sol.stages]
 
     first = run()
     assert first == run()
     assert 1 <= first[1] <= 6  # the search stays within its evaluate budget
+
+
+def test_search_beats_the_greedy_episode_within_its_budget():
+    """The agent's search judges the greedy plan's neighbours too: never worse than the greedy episode, a
+    feasible plan, at most the evaluate calls it was given."""
+    from planmap.solvers.dqn.train import rollout
+
+    p = _paper(True)
+    agent = Agent(AgentConfig(batch=16), seed=0)
+    greedy = rollout(agent, PlanEnv(p))
+    res, _ = plan_with_agent(agent, p, evaluations=12, seconds=600)
+    assert res.evaluations <= 12 and res.plan is not None
+    assert res.objective <= greedy * (1 + 1e-9)
+    ev = evaluate(p, res.plan)
+    assert ev.feasible and math.isclose(ev.objective, res.objective)
+    assert res.history == sorted(res.history, reverse=True)  # best so far, one entry per evaluate call
 
 
 def test_solver_answers_a_feasible_plan_with_a_certificate(tmp_path):
