@@ -12,9 +12,11 @@ quarter of the budget); then each evaluated pipeline, best first, is improved in
 * a descent without ``evaluate``: cut moves (one group earlier or later) while they lower the stages'
   compute loads (largest first), then one evaluation of where it ends;
 * the neighbours (cut moves, a stage merged into the previous one, a group split off as a new stage, a
-  stage on another submesh size), replayed through the masks (only plans the masks allow are judged)
-  and ranked by score, evaluated in that order; the first better than the incumbent (objective, then
-  device loads largest first: a tie-break on the plateaus of a bottleneck objective) replaces it.
+  stage on another submesh size, a stage on any submesh taking all later groups) — ranked by their
+  compute loads, the best two dozen replayed through the masks (only plans the masks allow are judged)
+  and ranked by the agent's score, evaluated in that order; the first better than the incumbent
+  (objective, then device loads largest first: a tie-break on the plateaus of a bottleneck objective)
+  replaces it.
 
 The search stops when the budget or the time is spent. Everything is deterministic (stable sorts, ties
 broken by the action sequence) except where the time limit cuts the search short, which the result says.
@@ -151,7 +153,8 @@ class _Replayer:
 
 
 def _neighbours(acts: Actions, shifts_only: bool = False) -> list[Actions]:
-    """Plans one edit away: a cut moved by one group, a stage merged or split, a stage's submesh size changed
+    """Plans one edit away: a cut moved by one group, a stage merged or split, a stage's submesh size changed,
+    a stage (on any submesh size) taking every group after it
     (``shifts_only``: only the cut moves, the cheap neighbourhood of :func:`_descend`)."""
     out: list[Actions] = []
     n = len(acts)
@@ -170,6 +173,8 @@ def _neighbours(acts: Actions, shifts_only: bool = False) -> list[Actions]:
             out.append((*acts[:i], CONTINUE, a, *acts[i + 2:]))  # cut one group later
         if not shifts_only:
             out += [(*acts[:i], b, *acts[i + 1:]) for b in range(1, CPU + 1) if b != a]  # another submesh
+            rest = (CONTINUE,) * (n - i - 1)
+            out += [(*acts[:i], b, *rest) for b in range(1, CPU + 1)]  # this stage takes the rest of the groups
     return list(dict.fromkeys(out))
 
 
