@@ -6,8 +6,9 @@ score is the shaping reward so far plus the Q-value of its last action — the a
 episode's return, minus the plan's objective in ideal loads (:mod:`.env`) — capped by what the stages'
 compute already costs (the objective is at least the largest per-replica compute of a stage). The beam
 keeps the ``width`` best partial plans at each step (every valid action of each is a candidate; an SPMD
-baseline at the first step is a complete candidate). Complete candidates are evaluated best first (a
-quarter of the budget); then each evaluated pipeline, best first, is improved in turn:
+baseline at the first step is a complete candidate). The best complete candidates (a quarter of the
+budget) are evaluated, pipelines first (an SPMD baseline can take seconds to lay out), each group best
+first; then each evaluated pipeline, best first, is improved in turn:
 
 * a descent without ``evaluate``: cut moves (one group earlier or later) while they lower the stages'
   compute loads (largest first), then one evaluation of where it ends;
@@ -272,8 +273,9 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
     try:
         ranked = _beam(agent, env, width)
         res.candidates = len(ranked)
-        for _, acts in ranked[: max(1, evaluations // 4)]:
-            judge(acts)
+        top = ranked[: max(1, evaluations // 4)]
+        for acts in [a for _, a in top if a[-1] <= CPU] + [a for _, a in top if a[-1] > CPU]:
+            judge(acts)  # pipelines first: an SPMD baseline can take seconds to lay out and judge
         starts = sorted((key, acts) for acts, key in seen.items() if acts[-1] <= CPU and math.isfinite(key[0]))
         replayer, loads = _Replayer(agent, env), _Loads(env)
         for incumbent, current in starts:
