@@ -207,12 +207,13 @@ class _Loads:
             if a == CPU:
                 if cpus >= len(sp.cpus):
                     return None
-                devs: tuple[int, ...] | None = (sp.cpus[cpus],)
+                devs: tuple[int, ...] = (sp.cpus[cpus],)
                 cpus += 1
             else:
-                devs = sp.block(ptr, SIZES[a - 1])
-                if devs is None:
+                block = sp.block(ptr, SIZES[a - 1])
+                if block is None:
                     return None
+                devs = block
                 ptr += len(devs)
             stages.append((i, devs))
         ends = [i for i, _ in stages[1:]] + [len(acts)]
@@ -296,7 +297,7 @@ def _improve(judge, replayer: _Replayer, loads: _Loads, seen: dict, incumbent: t
             continue
         cheap = sorted((sc, nb) for nb in _neighbours(current) if nb not in seen and (sc := loads(nb)) is not None)
         replayer.set_base(current)
-        scored = [(sc, nb) for _, nb in cheap[:shortlist] if (sc := replayer.score(nb)) is not None]
+        scored = [(est, nb) for _, nb in cheap[:shortlist] if (est := replayer.score(nb)) is not None]
         scored.sort(key=lambda c: (-c[0][0], c[0][1], c[1]))
         current = ()
         for _, nb in scored:
