@@ -36,7 +36,8 @@ LIMITS: dict[str, tuple[int, str]] = {
 }
 _CHUNK = _MiB
 # a plan input's role -> the kind its file is read as
-INPUT_KINDS = {"spec": "spec", "cluster": "cluster", "model": "artifact", "profile": "artifact"}
+INPUT_KINDS = {"spec": "spec", "cluster": "cluster", "model": "artifact", "profile": "artifact",
+               "checkpoint": "artifact"}
 
 
 class InputLimitError(InputError):

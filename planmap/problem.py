@@ -80,6 +80,7 @@ class Certificate:
     options: dict[str, Any] = field(default_factory=dict)
     wall_time: float = 0.0  # seconds; shown to people, never written into a plan (not deterministic)
     details: str = ""  # timings and logs for people; never written into a plan (not deterministic)
+    inputs: tuple[tuple[str, str], ...] = ()  # (role, path) of files the solver read that decide the plan
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))

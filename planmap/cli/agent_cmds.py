@@ -103,7 +103,7 @@ def evaluate_cmd(
     checkpoint_path: Path | None = typer.Option(None, "--checkpoint", help="Default: the shipped checkpoint."),
     held_out: int = typer.Option(20, "--held-out", help="Held-out problems when no spec is given."),
     exact: bool = typer.Option(True, "--exact/--no-exact", help="Also run the exact DP for the ratio."),
-    rollouts: int = typer.Option(16, "--rollouts", help="Episodes per problem (greedy + one-step deviations)."),
+    evaluations: int = typer.Option(32, "--evaluations", help="Evaluate calls per problem (the agent's search)."),
 ) -> None:
     """Plan each problem with the agent; print its objective, the exact DP's and the ratio."""
     from rich.console import Console
@@ -127,7 +127,8 @@ def evaluate_cmd(
         for name, make in items:
             problem = make()
             t0 = time.perf_counter()
-            obj, sol, evals, _ = plan_with_agent(agent, problem, rollouts)
+            res, _ = plan_with_agent(agent, problem, evaluations)
+            obj, evals = res.objective, res.evaluations
             wall = time.perf_counter() - t0
             ref = math.nan
             if exact:

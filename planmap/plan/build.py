@@ -81,7 +81,11 @@ def plan_input(role: str, path: Path, plan_dir: Path) -> PlanInput:
     return PlanInput(role=role, path=_rel(path, plan_dir), sha256=digest, canonical_sha256=canonical)
 
 
-def _inputs(spec: Any, plan_dir: Path) -> list[PlanInput]:
+SOLVER_INPUT_ROLES = ("checkpoint",)  # inputs a solver names (Certificate.inputs), after the spec's files
+
+
+def _inputs(spec: Any, plan_dir: Path, solver_inputs: Sequence[tuple[str, str]] = ()) -> list[PlanInput]:
+    """The spec's files, then the files the solver read (``Certificate.inputs``: a DQN checkpoint)."""
     items = [("spec", spec.path)]
     if spec.cluster_path is not None:
         items.append(("cluster", spec.cluster_path))
@@ -89,6 +93,7 @@ def _inputs(spec: Any, plan_dir: Path) -> list[PlanInput]:
     profile = getattr(spec, "profile_path", None)  # a spec-like object without cost.profile has none
     if profile is not None:
         items.append(("profile", profile))
+    items += [(role, Path(p)) for role, p in solver_inputs]
     return [plan_input(r, p, plan_dir) for r, p in items]
 
 
@@ -180,7 +185,7 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
     return document(
         name=name or problem.name, generator=f"planmap {__version__}", objective=problem.objective,
         variant=problem.variant if throughput else None, mode=problem.mode,
-        inputs=_inputs(spec, plan_path.parent), data_args=data_args, mesh=mesh_axes, devices=mesh_devices,
+        inputs=_inputs(spec, plan_path.parent, cert.inputs), data_args=data_args, mesh=mesh_axes, devices=mesh_devices,
         schedule=(solution.schedule or "none") if throughput else "none", microbatches=max(1, solution.microbatches),
         stages=stages, shardings=shardings, predicted=predicted, solver=solver)
 

@@ -58,7 +58,7 @@ class _Doc(BaseModel):
 
 
 class PlanInput(_Doc):
-    role: Literal["spec", "cluster", "model", "profile"] = Field(description="What the input is.")
+    role: Literal["spec", "cluster", "model", "profile", "checkpoint"] = Field(description="What the input is.")
     path: str = Field(description="Path relative to the plan file's directory (POSIX separators).")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the file's bytes.")
     canonical_sha256: str | None = Field(

@@ -187,7 +187,7 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     """Check a plan against its spec and artifact (see the module docstring); ``resolve`` also re-solves."""
     from planmap.assemble import build_problem
     from planmap.evaluate import evaluate
-    from planmap.plan.build import make_plan, to_solution
+    from planmap.plan.build import SOLVER_INPUT_ROLES, make_plan, to_solution
     from planmap.spec import load_spec
 
     path = Path(path)
@@ -234,8 +234,10 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     # schedule and microbatches follow from the spec, not from the plan (a one-stage SPMD plan has no pipeline
     # schedule; a whole-cluster plan of several sharded stages is a pipeline)
     pipelined = throughput and (solution.shardings is None or solution.num_stages > 1)
+    solver_inputs = tuple((i.role, str(path.parent / i.path)) for i in doc.inputs if i.role in SOLVER_INPUT_ROLES)
     solution = replace(solution, schedule=problem.schedule if pipelined else None,
-                       microbatches=problem.microbatches if throughput else 1)
+                       microbatches=problem.microbatches if throughput else 1,
+                       certificate=replace(solution.certificate, inputs=solver_inputs))
     ev = evaluate(problem, solution)
     rebuilt = make_plan(problem, solution, ev, spec=spec, plan_path=path)  # the name is the spec's
     found = [f"infeasible: {v}" for v in ev.violations] + _field_problems(doc, _as_recorded(doc, rebuilt))

@@ -98,6 +98,13 @@ class Agent:
         with torch.no_grad():
             return self.online(torch.as_tensor(obs[None], dtype=torch.float32))[0].numpy()
 
+    def q_batch(self, obs: np.ndarray) -> np.ndarray:
+        """Q-values of a batch of observations (rows)."""
+        import torch
+
+        with torch.no_grad():
+            return self.online(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+
     def act(self, obs: np.ndarray, mask: np.ndarray, eps: float | None = None) -> int:
         """ε-greedy among the valid actions (greedy with ``eps=0``)."""
         valid = np.flatnonzero(mask)

@@ -1,9 +1,9 @@
 """Saving and loading the agent's network: a small torch file with a header that is checked on load.
 
-The shipped checkpoint (``pretrained.pt`` next to this module) is a plan input: its sha256 goes into
-the certificate's options of every ``dqn`` plan, so a changed checkpoint changes the plan's bytes and
-``planmap check --resolve`` catches it. A file that is not a checkpoint, is truncated, or was written for
-other features or actions raises :class:`CheckpointError` saying which.
+The shipped checkpoint (``pretrained.pt`` next to this module) or the one a spec names is a plan input:
+the ``dqn`` solver lists it in ``Certificate.inputs``, the plan records its path and sha256, and
+``planmap check`` reports the plan stale when it changes. A file that is not a checkpoint, is truncated,
+or was written for other features or actions raises :class:`CheckpointError` saying which.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from planmap.errors import PlanmapError
-from planmap.evaluate import evaluate
+from planmap.evaluate import Evaluation, evaluate
 from planmap.problem import Problem, Solution
 
 from .features import OBS_DIM, Features
@@ -58,6 +58,7 @@ class PlanEnv(gym.Env):
         self.best_closed = 0.0
         self.plan: Solution | None = None
         self.objective = math.inf
+        self.evaluation: Evaluation | None = None  # evaluate's verdict on the last complete plan
 
     # ------------------------------------------------------------------------------- gym API
     def action_masks(self) -> np.ndarray:
@@ -87,15 +88,9 @@ class PlanEnv(gym.Env):
         done_info = {"action_mask": np.zeros(NUM_ACTIONS, bool)}
         if not (0 <= a < NUM_ACTIONS) or not self._possible(a, mask):
             return self._obs(), -INVALID, True, False, {**done_info, "invalid": True}
-        ideal = self.features.ideal
         if a > CPU:
             return self._finish_baseline(BASELINE_ACTIONS[a - 1 - CPU], done_info)
-        closed = self.space.apply(self.state, a)
-        reward = 0.0
-        if closed is not None and self.state.next_group < self.space.num_groups:
-            grow = max(0.0, closed / ideal - self.best_closed)
-            self.best_closed += grow
-            reward = -grow
+        self.best_closed, reward = self.advance(self.state, self.best_closed, a)
         if self.state.next_group == self.space.num_groups:
             sol = self.space.solution(self.state)
             ev = evaluate(self.problem, sol)
@@ -103,13 +98,22 @@ class PlanEnv(gym.Env):
             if not ev.feasible or not math.isfinite(ev.objective):
                 return self._obs(), -INVALID, True, False, {**done_info, "invalid": True,
                                                              "violations": ev.violations}
-            self.plan, self.objective = sol, ev.objective
-            return self._obs(), reward - (ev.objective / ideal - self.best_closed), True, False, \
+            self.plan, self.objective, self.evaluation = sol, ev.objective, ev
+            return self._obs(), reward - (ev.objective / self.features.ideal - self.best_closed), True, False, \
                 {**done_info, "objective": ev.objective}
         nxt = self.action_masks()
         if not nxt.any():
             return self._obs(), -INVALID, True, False, {**done_info, "dead_end": True}
         return self._obs(), reward, False, False, {"action_mask": nxt}
+
+    def advance(self, state: Partial, best_closed: float, a: int) -> tuple[float, float]:
+        """Apply pipeline action ``a`` to ``state``; returns (the largest closed-stage load, in ideal loads, and
+        the shaping reward: minus its growth). The search replays plans with it without calling evaluate."""
+        closed = self.space.apply(state, a)
+        if closed is not None and state.next_group < self.space.num_groups:
+            grow = max(0.0, closed / self.features.ideal - best_closed)
+            return best_closed + grow, -grow
+        return best_closed, 0.0
 
     def _possible(self, a: int, mask: np.ndarray) -> bool:
         """Masked: the space's mask; unmasked: anything evaluate could judge (devices left, a stage open)."""
@@ -131,5 +135,5 @@ class PlanEnv(gym.Env):
         if not ev.feasible or not math.isfinite(ev.objective):
             return self._obs(), -INVALID, True, False, {**done_info, "invalid": True}
         self.state.next_group = self.space.num_groups
-        self.plan, self.objective = sol, ev.objective
+        self.plan, self.objective, self.evaluation = sol, ev.objective, ev
         return self._obs(), -ev.objective / self.features.ideal, True, False, {**done_info, "objective": ev.objective}

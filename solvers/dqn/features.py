@@ -7,7 +7,9 @@ parameter / stashed-activation / working-set bytes, the time to send what crosse
 op-kind mix (matmul and convolution, elementwise, reductions, data movement), its position; the next
 few groups the same way; the open stage (load per replica, memory, replicas); what is left (groups,
 devices, compute per device left, whether the rest fits fresh stages); the cluster (devices, hosts,
-devices per host, network vs intra-host link, schedule, microbatches) and the action mask.
+devices per host, network vs intra-host link, schedule, microbatches); the devices a cut takes next (the
+next accelerator's and CPU's speed on the group relative to the fastest device, the time to send the cut to
+a CPU, the CPU's memory: what a CPU + accelerator cluster turns on) and the action mask.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ _KIND_BUCKETS = (("dot", "convolution"), ("add", "multiply", "subtract", "divide
                                           "negate", "rsqrt", "sqrt", "log", "logistic", "select", "compare"),
                  ("reduce",))
 _GROUP = 9  # compute, params, stash, ws, cut, 4 kind shares
-OBS_DIM = _GROUP + 2 * LOOKAHEAD + 4 + 5 + 9 + NUM_ACTIONS
+_DEVICE = 4  # next accelerator's and next CPU's speed on the group, cut time to a CPU, CPU memory
+OBS_DIM = _GROUP + 2 * LOOKAHEAD + 4 + 5 + 9 + _DEVICE + NUM_ACTIONS
 
 
 def _kind_bucket(kind: str) -> int:
@@ -35,6 +38,11 @@ def _kind_bucket(kind: str) -> int:
         if any(w in kind for w in words):
             return i
     return len(_KIND_BUCKETS)
+
+
+def sp_pair(space: PipelineSpace) -> tuple[int, int] | None:
+    """The first two accelerators of the canonical order (the link a cut between accelerators takes)."""
+    return (space.order[0], space.order[1]) if len(space.order) >= 2 else None
 
 
 class Features:
@@ -55,7 +63,10 @@ class Features:
         self.group_params = np.array([space._param_bytes(ps) for ps in space.params]) / self.cap
         self.group_stash = space.stash / self.cap
         self.group_ws = space.ws / self.cap
-        self.cut = self._cut_times() / self.ideal
+        self.best = np.maximum(best, 1e-30)
+        self.cut = self._cut_times(sp_pair(space)) / self.ideal
+        self.cut_cpu = self._cut_times((space.order[0], space.cpus[0])) / self.ideal if (
+            space.order and space.cpus) else np.zeros(G)
         mix = np.zeros((G, len(_KIND_BUCKETS) + 1))
         first = (space.order or space.cpus or [0])[0]
         t = cost.device_compute[:, first] if p.num_devices else np.zeros(g.num_nodes)
@@ -79,14 +90,14 @@ class Features:
             float(p.mode is Mode.TRAINING), float(p.schedule is Schedule.ONE_F_ONE_B),
             math.log2(max(p.microbatches, 1)) / 4, float(p.replication), float(space.spmd_ok)], np.float32)
 
-    def _cut_times(self) -> np.ndarray:
-        """Seconds to move what crosses the cut after each group, over the first pair of devices."""
+    def _cut_times(self, pair: tuple[int, int] | None) -> np.ndarray:
+        """Seconds to move what crosses the cut after each group, between the devices of ``pair``."""
         sp = self.space
         p = sp.problem
         g = p.graph
         G = sp.num_groups
         out = np.zeros(G)
-        if G < 2 or len(sp.order) < 2:
+        if G < 2 or pair is None:
             return out
         src = g.edge_src
         keep = src >= 0
@@ -102,7 +113,7 @@ class Features:
         vhi = np.zeros(len(uv), np.int64)
         np.minimum.at(vlo, inv, lo)
         np.maximum.at(vhi, inv, hi)
-        a, b = sp.order[0], sp.order[1]
+        a, b = pair
         secs = p.cost.recv_cost(uv, np.full(len(uv), a), np.full(len(uv), b)) + \
             p.cost.send_cost(uv, np.full(len(uv), a), np.full(len(uv), b))
         diff = np.zeros(G + 1)
@@ -115,6 +126,25 @@ class Features:
             return np.zeros(_GROUP, np.float32)
         return np.concatenate([[self.group_compute[t], self.group_params[t], self.group_stash[t], self.group_ws[t],
                                 self.cut[t]], self.mix[t]]).astype(np.float32)
+
+    def _devices(self, s: Partial, t: int) -> np.ndarray:
+        """How the devices a cut would take next compare on group ``t``: the next accelerator's and the next
+        CPU's compute relative to the fastest device (log2), the time to send the cut after ``t`` to a CPU
+        (ideal loads), and the next CPU's memory relative to the median device's (log10)."""
+        sp = self.space
+        out = np.zeros(_DEVICE, np.float32)
+        if t >= sp.num_groups:
+            return out
+        if s.pointer < len(sp.order):
+            out[0] = math.log2(max(float(sp.compute[t, sp.order[s.pointer]]) / self.best[t], 1e-3)) / 4
+        if s.cpus < len(sp.cpus):
+            cpu = sp.cpus[s.cpus]
+            out[1] = math.log2(max(float(sp.compute[t, cpu]) / self.best[t], 1e-3)) / 4
+            out[2] = self.cut_cpu[t]
+            out[3] = math.log10(max(min(float(sp.capacity[cpu]) / self.cap, 1e6), 1e-3)) / 3
+        else:
+            out[1] = -1.0
+        return out
 
     def observe(self, s: Partial, mask: np.ndarray) -> np.ndarray:
         sp = self.space
@@ -136,5 +166,6 @@ class Features:
         position = [s.next_group / G, left / D, rest / max(left, 0.5) / 4, (G - s.next_group) / G,
                     fresh]
         obs = np.concatenate([self._group(t), np.asarray(ahead, np.float32), np.asarray(open_stage, np.float32),
-                              np.asarray(position, np.float32), self.cluster, mask.astype(np.float32)])
+                              np.asarray(position, np.float32), self.cluster, self._devices(s, t),
+                              mask.astype(np.float32)])
         return np.clip(np.nan_to_num(obs, nan=0.0, posinf=10.0, neginf=-10.0), -10.0, 10.0).astype(np.float32)

@@ -1,7 +1,7 @@
 """Problem distributions for the DQN: synthetic graphs and clusters (pre-training) and a held-out set.
 
-Pre-training draws from :mod:`planmap.workloads` — GNMT- and ResNet-shaped layer graphs, random DAGs and
-layered (Inception-like) DAGs, inference and training (1F1B) — on the paper's cluster (a CPU and 2-6
+Pre-training draws from :mod:`planmap.workloads` — GNMT- and ResNet-shaped layer graphs, random DAGs (20-80 nodes) and
+layered (Inception-like) DAGs, inference and training (1F1B) — on the paper's cluster (a CPU and 2-8
 accelerators through host memory) and on GPU hosts (NVLink inside, a network between; replication
 allowed), with memory from "just fits" to roomy. The held-out set uses graphs the pre-training never
 sees: BERT at operator granularity, Inception-v3, other seeds and sizes of the random graphs, and 2-host
@@ -46,17 +46,16 @@ def _graph(rng: np.random.Generator, training: bool, seed: int):
     if kind == 1:
         return workload("resnet50-layers", training=training, seed=seed)
     if kind == 2:
-        g = random_dag(int(rng.integers(20, 60)), seed=seed)
-        return g
-    return layered_dag(int(rng.integers(4, 12)), int(rng.integers(1, 4)), seed=seed, training=training)
+        return random_dag(int(rng.integers(20, 80)), seed=seed)
+    return layered_dag(int(rng.integers(4, 16)), int(rng.integers(1, 4)), seed=seed, training=training)
 
 
 def _problem(g, rng: np.random.Generator, training: bool, hosts: int | None = None) -> Problem:
     kw: dict[str, Any] = dict(mode="training", schedule="1f1b", microbatches=int(rng.choice([2, 4, 8]))) if (
         training and g.backward.any()) else {}
-    slack = float(rng.choice([1.3, 2.0, 4.0]))
+    slack = float(rng.choice([1.1, 1.3, 2.0, 4.0]))
     if hosts is None and rng.random() < 0.5:
-        k = int(rng.integers(2, 7))
+        k = int(rng.integers(2, 9))
         return Problem.from_graph(g, paper_topology(k, memory=tight_memory(g, k, slack=slack, **kw)), **kw)
     hosts = hosts or int(rng.integers(1, 3))
     per = int(rng.choice([2, 4, 8])) if hosts == 1 else int(rng.choice([2, 4]))

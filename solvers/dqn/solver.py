@@ -1,13 +1,14 @@
 """``dqn``: the Auto-MAP-style planner — a pre-trained Double-DQN agent decides the plan group by group.
 
 Inference loads the shipped checkpoint (or ``passthrough["checkpoint"]``), optionally fine-tunes on the
-target for ``finetune`` seconds (within the time limit), then rolls out the greedy policy and, up to
-``rollouts`` episodes in all, deviations: every other first action, and the runner-up action at one
-later step of the greedy episode (the least sure steps first, by Q margin), then at two steps, … —
-every plan scored by ``evaluate``. The best plan is answered, re-scored by ``evaluate``; when ``exact``
+target for ``finetune`` seconds (within the time limit), then searches with its Q-values
+(:mod:`.search`: a Q-ranked beam of ``width`` partial plans, then a Q-ordered improvement pass) within
+``evaluations`` calls of ``evaluate`` (default 32) and ``seconds`` (default 10, and never past the time
+limit). The best plan is answered, re-scored by ``evaluate``; when ``exact``
 is set (default: off) the ``dp`` solver runs in what is left of the time limit and the certificate
-gives the gap to its bound. The certificate's options hold the checkpoint's sha256 (a plan input:
-another checkpoint gives another plan file), the reward and the number of evaluations.
+gives the gap to its bound. The checkpoint is a plan input (``Certificate.inputs``: the plan records its
+path and sha256, so ``planmap check`` reports the plan stale when the checkpoint changes); the
+certificate's options also hold its sha256, and the message the reward and the number of evaluations.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-
-import numpy as np
+from pathlib import Path
 
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
@@ -25,69 +25,26 @@ from planmap.vocabulary import ObjectiveKind
 
 from . import checkpoint
 from .env import PlanEnv
+from .search import SearchResult, search
 
 __all__ = ["DQN", "plan_with_agent"]
 
-VERSION = "1"
+VERSION = "2"
 
 
-Alternatives = list[list[tuple[float, int]]]
-
-
-def _episode(agent, env: PlanEnv, forced: dict[int, int]) -> tuple[float, Solution | None, Alternatives]:
-    """A greedy episode with ``forced`` actions at some steps; returns (objective, plan, per step the
-    alternatives as (Q margin to the best, action): every other valid action at the first step — so each
-    first decision, a pipeline or an SPMD baseline, gets its episode — and the runner-up at later ones)."""
-    obs, info = env.reset()
-    mask = info["action_mask"]
-    alternatives: Alternatives = []
-    done, step = False, 0
-    info = {}
-    while not done and mask.any():
-        valid = np.flatnonzero(mask)
-        q = agent.q(obs)[valid]
-        rank = np.argsort(-q, kind="stable")
-        others = rank[1:] if step == 0 else rank[1:2]
-        alternatives.append([(float(q[rank[0]] - q[j]), int(valid[j])) for j in others])
-        a = forced.get(step, int(valid[rank[0]]))
-        obs, _, done, _, info = env.step(a)
-        mask = info.get("action_mask", np.zeros_like(mask))
-        step += 1
-    obj = float(info.get("objective", math.inf))
-    return obj, env.plan if math.isfinite(obj) else None, alternatives
-
-
-def plan_with_agent(agent, problem: Problem, rollouts: int = 16, max_groups: int = 32,
-                    deadline: float | None = None) -> tuple[float, Solution | None, int, PlanEnv]:
-    """Search guided by the agent: the greedy episode, then episodes that deviate from it at one step (every
-    first action; the runner-up later, least sure steps first: the smallest Q margin), then at two, …,
-    ``rollouts`` episodes in all."""
-    import heapq
-
+def plan_with_agent(agent, problem: Problem, evaluations: int = 32, max_groups: int = 32, seconds: float = 10.0,
+                    width: int = 32) -> tuple[SearchResult, PlanEnv]:
+    """The agent's search (:func:`.search.search`) on ``problem``: at most ``evaluations`` evaluate calls and
+    ``seconds``; the result holds the best plan (``plan``: None when nothing fits)."""
     env = PlanEnv(problem, max_groups)
-    best_obj, best = math.inf, None
-    queue: list[tuple[int, float, int, tuple[tuple[int, int], ...]]] = [(0, 0.0, 0, ())]
-    tried, pushed = 0, 1
-    while queue and tried < rollouts and (deadline is None or tried == 0 or time.perf_counter() < deadline):
-        _, _, _, forced = heapq.heappop(queue)
-        obj, sol, alternatives = _episode(agent, env, dict(forced))
-        tried += 1
-        if sol is not None and obj < best_obj:
-            best_obj, best = obj, sol
-        last = max((s for s, _ in forced), default=-1)
-        for s, alts in enumerate(alternatives):
-            if s <= last:
-                continue
-            for m, alt in alts:
-                heapq.heappush(queue, (len(forced) + 1, m, pushed, (*forced, (s, alt))))
-                pushed += 1
-    return best_obj, best, env.evaluations, env
+    return search(agent, env, evaluations=evaluations, width=width, seconds=seconds), env
 
 
 class DQN:
     """A pre-trained Double-DQN agent (see the module doc). Options (``passthrough``): ``checkpoint`` (path),
-    ``rollouts`` (default 16), ``finetune`` (seconds, default 0), ``exact`` (run ``dp`` for the gap, default
-    false), ``max_groups`` (default 32)."""
+    ``evaluations`` (default 32), ``seconds`` (search time, default 10), ``width`` (beam, default 32),
+    ``finetune`` (seconds, default 0), ``exact`` (run ``dp`` for the gap, default false), ``max_groups``
+    (default 32)."""
 
     name = "dqn"
     objectives = frozenset({ObjectiveKind.THROUGHPUT})
@@ -97,7 +54,8 @@ class DQN:
         pt = dict(options.passthrough)
         path = pt.get("checkpoint")
         agent, _meta = checkpoint.load(path, seed=options.seed)
-        sha = checkpoint.sha256(path or checkpoint.shipped_path())
+        ck_path = Path(path) if path else checkpoint.shipped_path()
+        sha = checkpoint.sha256(ck_path)
         limit = options.time_limit if options.time_limit and options.time_limit > 0 else math.inf
         tune = min(float(pt.get("finetune", 0.0)), 0.5 * limit)
         groups = int(pt.get("max_groups", 32))
@@ -107,8 +65,11 @@ class DQN:
 
             log = train(agent, problem, seconds=tune, seed=options.seed, max_groups=groups)
             evals += log.evaluations
-        obj, sol, n, _env = plan_with_agent(agent, problem, int(pt.get("rollouts", 16)), groups, t0 + limit)
-        evals += n
+        budget, width = int(pt.get("evaluations", 32)), int(pt.get("width", 32))
+        seconds = max(0.0, min(float(pt.get("seconds", 10.0)), limit - (time.perf_counter() - t0)))
+        res, _env = plan_with_agent(agent, problem, budget, groups, seconds, width)
+        evals += res.evaluations
+        sol = res.plan
         if sol is None:
             raise InfeasibleError(f"{problem.name}: the DQN agent found no plan that fits "
                                   f"({evals} evaluations; its masks rule out every way on for the groups left)")
@@ -116,12 +77,14 @@ class DQN:
         bound, status, note = None, Status.HEURISTIC, ""
         if pt.get("exact", False):
             bound, note = self._exact(problem, options, t0 + limit)
-        opts = {"checkpoint_sha256": sha, "rollouts": int(pt.get("rollouts", 16)), "finetune_s": tune}
+        opts = {"checkpoint_sha256": sha, "evaluations": budget, "width": width, "finetune_s": tune}
         tuned = f"fine-tuned {tune:.0f}s, " if tune else ""
-        msg = (f"DQN agent ({VERSION}): reward {-ev.objective:.6g}s (minus the objective), {evals} evaluations, "
-               f"{tuned}checkpoint sha256 {sha[:12]}{note}")
+        stopped = ", stopped by the time limit" if res.timed_out else ""
+        msg = (f"DQN agent ({VERSION}): reward {-ev.objective:.6g}s (minus the objective), {evals} evaluations "
+               f"(budget {budget}{stopped}), {tuned}checkpoint sha256 {sha[:12]}{note}")
         cert = Certificate(status, self.name, objective=ev.objective, bound=bound, version=VERSION, message=msg,
-                           options=opts, wall_time=time.perf_counter() - t0)
+                           options=opts, wall_time=time.perf_counter() - t0,
+                           inputs=(("checkpoint", str(ck_path.resolve())),))
         return replace(sol, certificate=cert)
 
     @staticmethod

@@ -62,6 +62,10 @@ class Partial:
     def num_stages(self) -> int:
         return len(self.starts)
 
+    def copy(self) -> Partial:
+        return Partial(list(self.starts), list(self.devices), self.next_group, self.pointer, self.cpus,
+                       set(self.params), self.fixed, self.stash, self.ws, self.compute)
+
 
 def _groups(problem: Problem, max_groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Forward node ids in order and the group id of each forward position: cuts at layer changes, topped up
@@ -143,6 +147,7 @@ class PipelineSpace:
         for v, node in zip(pv.tolist(), pn.tolist(), strict=True):
             self.params[group_of[node]].add(v)
         self.value_bytes = g.value_bytes
+        self._param_memo: dict[frozenset, float] = {}
         self.param_factor = cost.param_factor
         self.state = np.array([g.state_bytes[m].sum() for m in self.members], float)
         self.stash = np.array([cost.stash_bytes[m].sum() for m in self.members], float)
@@ -158,7 +163,11 @@ class PipelineSpace:
         return p.in_flight(position, most_stages)
 
     def _param_bytes(self, params: set) -> float:
-        return float(sum(int(self.value_bytes[v]) for v in params)) * self.param_factor
+        key = frozenset(params)
+        got = self._param_memo.get(key)
+        if got is None:  # sets of parameters recur across masks and replays: sum each once
+            got = self._param_memo[key] = float(sum(int(self.value_bytes[v]) for v in key)) * self.param_factor
+        return got
 
     def stage_memory(self, params: set, state: float, stash: float, ws: float, in_flight: int) -> float:
         return self._param_bytes(params) + state + stash * in_flight + ws

@@ -81,10 +81,29 @@ def test_same_seed_same_training_and_plan():
     def run():
         agent = Agent(AgentConfig(batch=16, eps_decay=100), seed=7)
         train(agent, p, episodes=4, seed=7)
-        obj, sol, _, _ = plan_with_agent(agent, p, rollouts=3)
-        return obj, sol.assignment.tolist(), [s.devices for s in sol.stages]
+        res, _ = plan_with_agent(agent, p, evaluations=6, seconds=600)  # no time cut: deterministic
+        sol = res.plan
+        return res.objective, res.evaluations, sol.assignment.tolist(), [s.devices for s in sol.stages]
 
-    assert run() == run()
+    first = run()
+    assert first == run()
+    assert 1 <= first[1] <= 6  # the search stays within its evaluate budget
+
+
+def test_search_beats_the_greedy_episode_within_its_budget():
+    """The agent's search judges the greedy plan's neighbours too: never worse than the greedy episode, a
+    feasible plan, at most the evaluate calls it was given."""
+    from planmap.solvers.dqn.train import rollout
+
+    p = _paper(True)
+    agent = Agent(AgentConfig(batch=16), seed=0)
+    greedy = rollout(agent, PlanEnv(p))
+    res, _ = plan_with_agent(agent, p, evaluations=12, seconds=600)
+    assert res.evaluations <= 12 and res.plan is not None
+    assert res.objective <= greedy * (1 + 1e-9)
+    ev = evaluate(p, res.plan)
+    assert ev.feasible and math.isclose(ev.objective, res.objective)
+    assert res.history == sorted(res.history, reverse=True)  # best so far, one entry per evaluate call
 
 
 def test_solver_answers_a_feasible_plan_with_a_certificate(tmp_path):
@@ -93,7 +112,7 @@ def test_solver_answers_a_feasible_plan_with_a_certificate(tmp_path):
     train(agent, p, episodes=4)
     path = tmp_path / "a.pt"
     sha = checkpoint.save(agent, path)
-    sol = get("dqn").solve(p, SolveOptions(time_limit=30, passthrough={"checkpoint": str(path), "rollouts": 3,
+    sol = get("dqn").solve(p, SolveOptions(time_limit=30, passthrough={"checkpoint": str(path), "evaluations": 4,
                                                                        "exact": True}))
     ev = evaluate(p, sol)
     c = sol.certificate
@@ -147,6 +166,32 @@ def test_agent_cli_trains_writes_a_curve_and_evaluates(tmp_path):
     assert r.exit_code == 0, r.output
     assert ck.is_file() and png.stat().st_size > 0 and "2 episodes" in r.output
     r = CliRunner().invoke(app, ["agent", "eval", "--checkpoint", str(ck), "--held-out", "1", "--no-exact",
-                                 "--rollouts", "1"])
+                                 "--evaluations", "1"])
     assert r.exit_code == 0, r.output
     assert "bert3-ops" in r.output
+
+
+def test_checkpoint_is_a_plan_input_so_a_changed_checkpoint_makes_the_plan_stale(tmp_path):
+    from typer.testing import CliRunner
+
+    from planmap import plan as plan_mod
+    from planmap.assemble import build_problem
+    from planmap.cli import app
+    from planmap.spec import load_spec
+
+    spec = load_spec("specs/gpt-8dev.yaml")
+    problem = build_problem(spec)
+    ck = tmp_path / "agent.pt"
+    checkpoint.save(Agent(seed=0), ck)
+    sol = get("dqn").solve(problem, SolveOptions(time_limit=60, passthrough={"checkpoint": str(ck),
+                                                                             "evaluations": 2}))
+    path = tmp_path / "gpt.plan.yaml"
+    doc = plan_mod.make_plan(problem, sol, evaluate(problem, sol), spec=spec, plan_path=path)
+    assert [i.role for i in doc.inputs][-1] == "checkpoint"
+    assert doc.inputs[-1].sha256 == checkpoint.sha256(ck)
+    plan_mod.save(doc, path, header_lines=plan_mod.header("specs/gpt-8dev.yaml", path, []))
+    r = CliRunner().invoke(app, ["check", str(path)])
+    assert r.exit_code == 0, r.output
+    checkpoint.save(Agent(seed=1), ck)  # another network: the plan no longer says what this checkpoint gives
+    r = CliRunner().invoke(app, ["check", str(path)])
+    assert r.exit_code == 2 and "checkpoint" in r.output, r.output
