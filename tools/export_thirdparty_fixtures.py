@@ -24,6 +24,10 @@ dependency (versions: tests/fixtures/thirdparty/PROVENANCE.md). Not run in CI::
 
     .venv/bin/python -m pip install -c constraints.txt transformers==4.57.6 tensorflow-cpu==2.21.0
     .venv/bin/python tools/export_thirdparty_fixtures.py [--only NAME ...] [OUT_DIR]
+
+``--plans`` (needs neither framework) re-solves the committed plans beside the specs instead:
+``plans/<spec>.sharding.plan.yaml`` (``planmap solve --solver sharding``, under the spec's 30 s limit: the IP's
+answer may differ from run to run) and ``plans/<spec>.plan.yaml`` (``auto``, the whole-cluster planner).
 """
 
 from __future__ import annotations
@@ -238,11 +242,30 @@ EXPORTS = {"hf_bert": bert, "hf_gpt2": gpt2, "hf_gpt2_train": gpt2_train, "hf_t5
            "keras_resnet": resnet, "keras_mobilenet": mobilenet}
 
 
+def solve_plans(folder: Path) -> None:
+    """``planmap solve`` every spec in ``folder`` with the sharding solver and with ``auto``, into ``folder/plans``."""
+    from planmap.cli import main as cli
+
+    here = Path.cwd()
+    os.chdir(folder)
+    try:
+        for spec in sorted(Path(".").glob("*.yaml")):
+            for solver, suffix in (("sharding", ".sharding.plan.yaml"), (None, ".plan.yaml")):
+                flags = ["--solver", solver] if solver else []
+                if cli(["solve", spec.name, *flags, "-o", f"plans/{spec.stem}{suffix}", "-q"]) != 0:
+                    raise SystemExit(f"planmap solve {spec} failed")
+    finally:
+        os.chdir(here)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", nargs="?", type=Path, default=Path("tests/fixtures/thirdparty"))
     ap.add_argument("--only", nargs="*", choices=sorted(EXPORTS), default=sorted(EXPORTS))
+    ap.add_argument("--plans", action="store_true", help="re-solve the committed plans of the specs in OUT")
     args = ap.parse_args()
+    if args.plans:
+        return solve_plans(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.only:
         if name.startswith("hf_"):
