@@ -12,7 +12,7 @@ planmap.runtime.inputs). Regenerate the plans with tools/export_thirdparty_fixtu
 
 Cost: the Megatron baseline and the sharded compiles dominate (about 10-40 s per model on the shared 2-core
 machine), so ``run --verify`` runs on the batch-norm CNN and the HF training step by default and on all six with
-``PLANMAP_THIRDPARTY_ALL=1`` (all six verified when the plans were committed).
+``PLANMAP_THIRDPARTY_ALL=1`` (five of six verified when the plans were committed; BERT: see ``BERT_NAN``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "thirdparty"
 MODELS = ("hf-bert", "hf-gpt2", "hf-gpt2-train", "hf-t5", "keras-resnet", "keras-mobilenet")
 TOL = 1 + 1e-9
-VERIFIED = MODELS if os.environ.get("PLANMAP_THIRDPARTY_ALL") else ("hf-gpt2-train", "keras-resnet")
+BERT_NAN = pytest.mark.xfail(strict=True, reason=(
+    "the single-device reference is NaN on random inputs: planmap.runtime.inputs.index_bound finds no gather bound "
+    "through torchax's jnp.take lowering (private @_take functions with fill-mode masks), so the integer arguments "
+    "fall back to [0, 4); BERT's token_type_ids buffer indexes a 2-row table, and jnp.take fills out-of-range rows "
+    "with NaN"))
+VERIFIED = [pytest.param(m, marks=BERT_NAN) if m == "hf-bert" else m for m in MODELS] if os.environ.get(
+    "PLANMAP_THIRDPARTY_ALL") else ["hf-gpt2-train", "keras-resnet"]
 
 
 @pytest.fixture(scope="module")
