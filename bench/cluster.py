@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """Whole-cluster plans vs the MaxText/Megatron-style grid of (dp, fsdp, tp, pp) × microbatches.
 
-Usage: python bench/cluster.py [--specs specs/gpt-train-8dev.yaml ...] [--scale] [--layers 48]
+Usage: python bench/cluster.py [--specs gpt-train-8dev hf-bert ...] [--scale] [--layers 48]
                                [--out bench/results/cluster.md]
 
-For each example spec that is throughput, every grid point — (dp, fsdp, tp, pp) with dp·fsdp·tp·pp the
-device count (devices of one type; hosts: pp and dp/fsdp across them, tp inside one), microbatches
+For each example spec that is throughput, and the third-party exports' specs (HF BERT, GPT-2, its training step
+and T5 from PyTorch, Keras ResNet- and MobileNetV2-style CNNs from TensorFlow: tests/fixtures/thirdparty/),
+every grid point — (dp, fsdp, tp, pp) with dp·fsdp·tp·pp the device count (devices of one type; hosts: pp and
+dp/fsdp across them, tp inside one), microbatches
 M ∈ {1, 2, 4, 8} — is built as a plan in the contract's form (pp stages of equal layer-group counts,
 each stage a (data, tensor) mesh with data-parallel + FSDP or Megatron layouts per group) and evaluated
 with :func:`planmap.evaluate.evaluate`; the table gives planmap's plan (``cluster`` with microbatches in
@@ -32,6 +34,13 @@ from _stamp import header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ("gpt-8dev", "gpt-train-8dev", "gpt-train-2host", "cnn-tpu", "cnn-train-mixed")
+THIRDPARTY = ("hf-bert", "hf-gpt2", "hf-gpt2-train", "hf-t5", "keras-resnet", "keras-mobilenet")
+
+
+def spec_path(name: str) -> Path:
+    """An example spec (specs/NAME.yaml) or a third-party export's (tests/fixtures/thirdparty/NAME.yaml)."""
+    example = ROOT / "specs" / f"{name}.yaml"
+    return example if example.is_file() else ROOT / "tests" / "fixtures" / "thirdparty" / f"{name}.yaml"
 MICROBATCHES = (1, 2, 4, 8)
 
 
@@ -100,7 +109,7 @@ def bench_spec(name: str, time_limit: float) -> dict:
     from planmap.solvers.cluster.space import layer_groups
     from planmap.spec import load_spec
 
-    problem = build_problem(load_spec(ROOT / "specs" / f"{name}.yaml"))
+    problem = build_problem(load_spec(spec_path(name)))
     t0 = time.perf_counter()
     ans = plan_cluster(problem, SolveOptions(time_limit=time_limit), microbatch_choices=MICROBATCHES)
     t_plan = time.perf_counter() - t0
@@ -166,7 +175,7 @@ def bench_scale(layers: int, batch: int, time_limit: float) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--specs", nargs="*", default=list(SPECS))
+    ap.add_argument("--specs", nargs="*", default=list(SPECS + THIRDPARTY))
     ap.add_argument("--scale", action="store_true", help="also plan the 48-layer GPT-2-XL-shaped step on 2x8")
     ap.add_argument("--layers", type=int, default=48)
     ap.add_argument("--batch", type=int, default=8)

@@ -1,10 +1,12 @@
 #!/usr/bin/env python
 """Predicted vs compiled collectives of SPMD plans on 8 fake CPU devices.
 
-Usage: python bench/sharding.py [--models mlp,mlp_train,gpt,gpt_train] [--out bench/results/sharding.md]
+Usage: python bench/sharding.py [--models mlp,mlp_train,gpt,gpt_train,hf_bert,...] [--out bench/results/sharding.md]
 
-For each example artifact and each SPMD baseline (data-parallel, fsdp, megatron; costed on the
-h100-1x8 cluster), it compares the collectives the plan predicts (the SPMD evaluation's collectives:
+For each example artifact and each third-party export (``hf_bert``, ``hf_gpt2``, ``hf_gpt2_train``, ``hf_t5``,
+``keras_resnet``, ``keras_mobilenet``: tests/fixtures/thirdparty/, made by transformers / Keras) and each SPMD
+baseline (data-parallel, fsdp, megatron; costed on the h100-1x8 cluster), it compares the collectives the plan
+predicts (the SPMD evaluation's collectives:
 kind, bytes per device, count per microbatch) with those in the HLO that XLA compiles for the sharded
 program (:mod:`planmap.runtime.collectives`), and prints one row per (kind, bytes) that either side has
 (see ``NOTE`` for the *as XLA (CPU)* column).
@@ -60,6 +62,13 @@ computes the pinned layout another way than the op's strategy does:
    collective at that op."""
 
 MODELS = ROOT / "specs" / "models"
+THIRDPARTY = ("hf_bert", "hf_gpt2", "hf_gpt2_train", "hf_t5", "keras_resnet", "keras_mobilenet")
+
+
+def artifact(model: str) -> Path:
+    """specs/models/MODEL.mlir, or a third-party export's tests/fixtures/thirdparty/MODEL.mlir."""
+    example = MODELS / f"{model}.mlir"
+    return example if example.is_file() else ROOT / "tests" / "fixtures" / "thirdparty" / f"{model}.mlir"
 
 
 def compare(model: str, baseline: str) -> tuple[dict, list[tuple[str, int, int, int]]]:
@@ -74,7 +83,7 @@ def compare(model: str, baseline: str) -> tuple[dict, list[tuple[str, int, int, 
     from planmap.spec.loader import load_cluster
 
     topo = Topology.from_spec(load_cluster(ROOT / "specs" / "clusters" / "h100-1x8.yaml").spec)
-    g = frontend.load_model(MODELS / f"{model}.mlir")
+    g = frontend.load_model(artifact(model))
     problem = Problem.from_graph(g, topo, mode="training" if model.endswith("_train") else "inference")
     sol, ev = dict(BASELINES)[baseline](problem)
     pred: Counter = Counter()
@@ -87,7 +96,7 @@ def compare(model: str, baseline: str) -> tuple[dict, list[tuple[str, int, int, 
     for (kind, nbytes), count in xla.items():
         cpu[("all-reduce" if kind == "reduce-scatter" else kind, nbytes)] += count
     with tempfile.TemporaryDirectory() as d:
-        hlo = summarise(compiled_collectives(problem, sol, MODELS / f"{model}.mlir", d))
+        hlo = summarise(compiled_collectives(problem, sol, artifact(model), d))
     keys = sorted(set(pred) | set(hlo) | set(cpu))
     return dict(sol.shardings.mesh_axes), [(k, b, pred.get((k, b), 0), cpu.get((k, b), 0), hlo.get((k, b), 0))
                                            for k, b in keys]
@@ -95,7 +104,7 @@ def compare(model: str, baseline: str) -> tuple[dict, list[tuple[str, int, int, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="mlp,mlp_train,gpt,gpt_train")
+    ap.add_argument("--models", default=",".join(("mlp", "mlp_train", "gpt", "gpt_train") + THIRDPARTY))
     ap.add_argument("--out", type=Path, default=None, help="also write the table as markdown here")
     args = ap.parse_args()
     stamp = header()

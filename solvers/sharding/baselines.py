@@ -1,4 +1,5 @@
-"""SPMD baselines that need no search: data parallel, FSDP (ZeRO-3) and Megatron tensor parallel.
+"""SPMD baselines that need no search: data parallel, FSDP (ZeRO-3) and Megatron tensor parallel (and the
+replicated layout, the sharding solver's fallback).
 
 Each fixes a few argument specs (and nothing else) and lets the default propagation of
 :mod:`planmap.sharding.spmd` lay out every op; the result is judged by :func:`planmap.evaluate.evaluate`.
@@ -14,6 +15,10 @@ A training layout that does not fit memory takes the lowest ZeRO stage under whi
   ``dot_general`` (in op order) whose rhs is a parameter (through converts / transposes / reshapes),
   if its lhs is not already split over ``tensor`` on the contracting dim, split the rhs's free dim
   (column parallel), else its contracting dim (row parallel). Attention heads follow by propagation.
+* ``replicated`` (not a registry name): every value replicated on the 1-D mesh, each device running the whole
+  program on the whole batch — the single-device plan as an SPMD layout. A launch-bound model (small
+  kernels, whose launches every device pays) runs no faster split, and the collectives only add; this
+  layout keeps the sharding solver's anytime answer no worse than one device when the IP has no time.
 
 A cluster whose devices cannot form a mesh (mixed device types, hosts of different sizes) raises
 :class:`~planmap.errors.SolverUnavailableError` ("not applicable"), which ``auto`` skips.
@@ -36,7 +41,7 @@ from planmap.sharding.solution import spmd_solution, tables_cache
 from planmap.sharding.spmd import Propagation
 
 __all__ = ["DataParallel", "FSDP", "Megatron", "data_parallel", "fsdp", "megatron", "meshes_or_raise",
-           "BASELINES", "with_zero", "ZERO_STAGES", "fsdp_overrides"]
+           "BASELINES", "with_zero", "ZERO_STAGES", "fsdp_overrides", "replicated_everywhere"]
 
 VERSION = "1"
 _PASS_THROUGH = frozenset({"stablehlo.convert", "stablehlo.transpose", "stablehlo.reshape", "stablehlo.copy",
@@ -190,6 +195,14 @@ def fsdp_overrides(tables: ShardingTables, data: dict[int, Spec]) -> dict[int, S
             best = max(dims, key=lambda d: (a.type.shape[d], -d))
             over[a.value] = _split(a.type.rank, best, (0,))
     return over
+
+
+def replicated_everywhere(problem: Problem) -> tuple[Solution, Evaluation]:
+    """Every argument and op result replicated on the 1-D mesh over every accelerator (no collectives)."""
+    t0 = time.perf_counter()
+    mesh = meshes_or_raise(problem, "replicated")[0]
+    tables = tables_cache(problem).get(mesh)
+    return _finish(problem, tables, {v: replicated(len(s)) for v, s in enumerate(tables.shapes)}, "replicated", t0)
 
 
 # -------------------------------------------------------------------------------------- Megatron

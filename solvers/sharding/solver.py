@@ -6,7 +6,8 @@ fits memory (:func:`~planmap.solvers.sharding.baselines.with_zero`), and the IP 
 baseline needed (its memory rows then hold that stage's parameter state,
 :func:`~planmap.sharding.spmd.zero_tables`), so a layout whose replicated optimizer state does not fit
 is still found with that state sharded.
-The baselines (data parallel, FSDP, Megatron) give a feasible answer fast and warm-start the IP
+The baselines (data parallel, FSDP, Megatron, and the replicated layout: one device's program on every
+device, which a launch-bound model cannot beat by splitting) give a feasible answer fast and warm-start the IP
 (:func:`planmap.solvers.sharding.ip.solve_all`, one IP per mesh of
 :func:`planmap.sharding.logical_meshes`). The certificate is the IP's ("optimal over <meshes> ×
 per-op strategies") when the IP answer wins or ties, else heuristic with the baseline's name.
@@ -24,7 +25,7 @@ from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.sharding.solution import layout_of as solution_layout
 from planmap.sharding.solution import solution_mesh, spmd_solution
-from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_raise, with_zero
+from planmap.solvers.sharding.baselines import BASELINES, VERSION, meshes_or_raise, replicated_everywhere, with_zero
 
 __all__ = ["Sharding"]
 
@@ -53,6 +54,9 @@ class Sharding:
         t0 = time.perf_counter()
         deadline = time.monotonic() + float(options.time_limit)
         meshes_or_raise(problem, "sharding")
+        # first (it is cheap, and the floor of every answer), but it loses ties to the baselines and the IP
+        rep_sol, rep_ev = replicated_everywhere(problem)
+        replicated = ((not rep_ev.feasible, rep_ev.objective), len(BASELINES), rep_sol)
         found: list[tuple[tuple, int, Solution]] = []
         skipped: list[str] = []
         slowest = 0.0  # the longest baseline so far: the next one starts only if that much time is left
@@ -69,6 +73,7 @@ class Sharding:
             finally:
                 slowest = max(slowest, time.monotonic() - t_b)
             found.append(((not ev.feasible, ev.objective), len(found), sol))
+        found.append(replicated)
         ip, why_not = _ip_module()
         if ip is not None and (not found or deadline - time.monotonic() > MIN_IP_TIME):
             # the answer's evaluation and plan assembly come after the IP: keep 5 % for them
