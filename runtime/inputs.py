@@ -3,7 +3,7 @@
 Random inputs must be *valid*, not just well-shaped: an integer argument is usually an index (token
 ids into an embedding, class labels into log-probabilities), and an out-of-range index gathers
 clamped garbage that hides real errors. :func:`index_bound` follows an integer argument through
-shape and elementwise ops (and into called functions) to the ``gather`` ops it indexes, and bounds
+shape and elementwise ops (into called functions and back out of them) to the ``gather`` ops it indexes, and bounds
 it by the indexed dimension (the vocabulary, the number of classes). Float parameters are scaled
 by ``1/sqrt(fan-in)`` so that activations stay in a range where errors are meaningful; a float
 argument that reaches a square root, a logarithm or a batch norm's variance (:func:`input_domains`)
@@ -67,13 +67,15 @@ def _domain(argument, funcs: dict) -> ArgDomain:
     from jax.extend.mlir import ir
     from jax.extend.mlir.dialects import stablehlo
 
-    stack = [argument]
+    # each entry: a value and the calls it was followed into (innermost last), so that a value a callee
+    # returns continues at its call's result (jnp.take routes an index through a private @_where call)
+    stack: list[tuple[object, tuple]] = [(argument, ())]
     seen: set = set()
     bounds: list[int] = []
     positive = False
     while stack:
-        value = stack.pop()
-        key = value.get_name() + str(id(value.owner))
+        value, calls = stack.pop()
+        key = (value.get_name() + str(id(value.owner)), tuple(id(c) for c in calls))
         if key in seen:
             continue
         seen.add(key)
@@ -90,9 +92,11 @@ def _domain(argument, funcs: dict) -> ArgDomain:
             elif name == "func.call":
                 callee = funcs.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
                 if callee is not None:
-                    stack.append(callee.regions[0].blocks[0].arguments[use.operand_number])
+                    stack.append((callee.regions[0].blocks[0].arguments[use.operand_number], calls + (op,)))
+            elif name == "func.return" and calls:
+                stack.append((calls[-1].results[use.operand_number], calls[:-1]))
             elif name in _PASS_THROUGH:
-                stack.extend(op.results)
+                stack.extend((result, calls) for result in op.results)
     return ArgDomain(min(bounds) if bounds else None, positive)
 
 

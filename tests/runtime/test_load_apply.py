@@ -3,6 +3,8 @@ clear errors for too few devices and wrong arguments; plus the pure parts (sched
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
@@ -94,6 +96,14 @@ def test_random_inputs_index_within_the_vocabulary(plan_dir):
     a = random_inputs(exe, seed=3)
     assert [x.shape for x in a] == [t.shape for t in exe.artifact.in_types]
     assert all(np.array_equal(x, y) for x, y in zip(a, random_inputs(exe, seed=3), strict=True))
+
+
+def test_index_bound_follows_an_index_out_of_a_called_function():
+    """torchax lowers an embedding lookup to jnp.take: the index passes through a private @_where call and comes
+    back as the call's result before it reaches the gather (HF BERT's 2-row token-type table: values 0 and 1)."""
+    art = Artifact.from_file(Path(__file__).resolve().parents[1] / "fixtures" / "thirdparty" / "hf_bert.mlir")
+    bounds = {art.arg_names[i]: index_bound(art, i) for i in (37, 38, 39)}
+    assert bounds == {"states[37]": 64, "states[38]": 2, "inputs[0][0]": 1024}
 
 
 def test_gpipe_order_fills_the_pipeline_before_draining():

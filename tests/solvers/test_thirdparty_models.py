@@ -13,7 +13,7 @@ planmap.runtime.inputs). Regenerate the plans with tools/export_thirdparty_fixtu
 Cost: the Megatron baseline and the compiles dominate (on the loaded 2-core machine: 8-40 s per model for the
 baselines, 55-150 s per ``run --verify``), so ``run --verify`` runs on the batch-norm CNN and the cheapest HF model
 (GPT-2) by default and on all six with
-``PLANMAP_THIRDPARTY_ALL=1`` (five of six verified when the plans were committed; BERT: see ``BERT_NAN``).
+``PLANMAP_THIRDPARTY_ALL=1`` (all six verify).
 """
 
 from __future__ import annotations
@@ -31,12 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "thirdparty"
 MODELS = ("hf-bert", "hf-gpt2", "hf-gpt2-train", "hf-t5", "keras-resnet", "keras-mobilenet")
 TOL = 1 + 1e-9
-BERT_NAN = pytest.mark.xfail(strict=True, reason=(
-    "the single-device reference is NaN on random inputs: planmap.runtime.inputs.index_bound finds no gather bound "
-    "through torchax's jnp.take lowering (private @_take functions with fill-mode masks), so the integer arguments "
-    "fall back to [0, 4); BERT's token_type_ids buffer indexes a 2-row table, and jnp.take fills out-of-range rows "
-    "with NaN"))
-VERIFIED = [pytest.param(m, marks=BERT_NAN) if m == "hf-bert" else m for m in MODELS] if os.environ.get(
+VERIFIED = list(MODELS) if os.environ.get(
     "PLANMAP_THIRDPARTY_ALL") else ["hf-gpt2", "keras-resnet"]
 
 
