@@ -29,7 +29,12 @@ independent producers that share the join's call, the chain through one producer
 producer's own branch — its compute inside the call, or the transfer through which the branch enters
 it (:func:`_join`, for joins of up to ``JOIN_MAX`` producers: every convex choice of which producers
 share the call is a case, and the bound is the cheapest). On BERT this is each layer's Q, K and V
-projections.
+projections. The other branch also holds memory in the call (ResNet's projection shortcuts: a path
+through the shortcut skips the block's main branch), so the case charges its memory too.
+
+A call receives every value entering it after it starts, one after another: when producers tied by
+convexity (or, at a join, several producers) are outside the call, the chain pays every one of their
+receives, not only the largest.
 
 Memory makes them much stronger where it is tight (BERT-24 layers, ResNet-50, Inception): the
 sweeps carry the memory of the path inside the call (in ``BUCKETS`` units per device, rounded down
@@ -143,6 +148,7 @@ def _coupled(option: np.ndarray, nodes: np.ndarray, closure: list[int], entry: n
 
 JOIN_MAX = 4  # joins of more producers keep the per-producer bound (the join bound enumerates 2^k subsets)
 CHAIN_MAX = 64  # longest private branch followed back from a producer
+BRANCH_OPTIONS = 8  # ways a private branch enters its join's call that the join bound tells apart
 
 
 def _private_work(start: int, other: int, t: np.ndarray, rmin: np.ndarray, size: np.ndarray, anc: list[int],
@@ -166,17 +172,29 @@ def _private_work(start: int, other: int, t: np.ndarray, rmin: np.ndarray, size:
         path.append(x)
     work, mem = np.cumsum(t[path], axis=0), np.cumsum(size[path], axis=0)
     options = [(work[-1], mem[-1])]  # the whole branch inside
-    options += [(work[e - 1] + rmin[path[e]], mem[e - 1]) for e in range(1, len(path))]  # enters at path[e]
+    if len(path) == 1:
+        return options
+    enter = work[:-1] + rmin[path[1:]]  # (L - 1, D): enters at path[e], e = 1..L-1, holding path[:e]
+    # consecutive entries merge into one option of their least time and least memory (a relaxation, so
+    # still a bound): first those holding the same memory (lossless), then into BRANCH_OPTIONS groups
+    held = mem[:-1]
+    cuts = [0] + [e for e in range(1, len(held)) if (held[e] != held[e - 1]).any()] + [len(held)]
+    if len(cuts) - 1 > BRANCH_OPTIONS:
+        cuts = sorted(set(cuts[:: -(-(len(cuts) - 1) // BRANCH_OPTIONS)] + [len(held)]))
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        options.append((enter[a:b].min(axis=0), held[a]))
     return options
 
 
 def _with_branch(same: np.ndarray, options: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """(D, K1): the chain of ``same`` (by memory budget) when the call also runs one of the branch
     ``options``: its time added, its memory taken from the budget; the cheapest option."""
-    out = np.full(same.shape, np.inf)
-    for work, mem in options:
-        out = np.minimum(out, _shift(same, np.minimum(mem, same.shape[-1])) + work[:, None])
-    return out
+    work = np.stack([w for w, _ in options])[:, :, None]  # (O, D, 1)
+    mem = np.stack([m for _, m in options])  # (O, D)
+    K1 = same.shape[-1]
+    idx = np.arange(K1)[None, None, :] - np.minimum(mem, K1)[:, :, None]
+    held = np.take_along_axis(np.broadcast_to(same, idx.shape), np.maximum(idx, 0), axis=-1)
+    return np.where(idx >= 0, held + work, np.inf).min(axis=0)
 
 
 def _join(producers: np.ndarray, p: np.ndarray, arrive: np.ndarray, same_call: np.ndarray, t: np.ndarray,
