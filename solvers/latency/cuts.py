@@ -29,7 +29,12 @@ independent producers that share the join's call, the chain through one producer
 producer's own branch — its compute inside the call, or the transfer through which the branch enters
 it (:func:`_join`, for joins of up to ``JOIN_MAX`` producers: every convex choice of which producers
 share the call is a case, and the bound is the cheapest). On BERT this is each layer's Q, K and V
-projections.
+projections. The other branch also holds memory in the call (ResNet's projection shortcuts: a path
+through the shortcut skips the block's main branch), so the case charges its memory too.
+
+A call receives every value entering it after it starts, one after another: when producers tied by
+convexity (or, at a join, several producers) are outside the call, the chain pays every one of their
+receives, not only the largest.
 
 Memory makes them much stronger where it is tight (BERT-24 layers, ResNet-50, Inception): the
 sweeps carry the memory of the path inside the call (in ``BUCKETS`` units per device, rounded down
@@ -115,31 +120,47 @@ def _closures(preds_of: list[list[int]]) -> tuple[list[int], list[int]]:
     return anc, desc
 
 
-def _coupled(option: np.ndarray, nodes: np.ndarray, closure: list[int]) -> np.ndarray:
+def _coupled(option: np.ndarray, nodes: np.ndarray, closure: list[int], entry: np.ndarray | None = None) -> np.ndarray:
     """``option[i]`` (k, D) is what the call pays when neighbour ``nodes[i]`` is outside it. A call is
     convex, so with ``nodes[i]`` outside, every neighbour ``nodes[j]`` on a path through ``nodes[i]``
     (``closure[nodes[i]]`` holds it: an ancestor of a producer, a descendant of a consumer) is outside
-    too, and the call pays both: ``out[i] = max_j option[j]`` over ``j = i`` and those."""
+    too, and the call pays both: ``out[i] = max_j option[j]`` over ``j = i`` and those.
+
+    With ``entry`` (k, D), the least charge for the call to take in use ``j``'s value: a call receives
+    every value entering it one after another once it starts (evaluate's call), so the chain waits for
+    ``option[j]`` and then also for every other tied value, ``out[i] = max_j (option[j] + sum_{l != j}
+    entry[l])`` over the tied uses."""
     ids = nodes.tolist()
     k = len(ids)
     tie = np.array([[ids[j] == ids[i] or (closure[ids[i]] >> ids[j]) & 1 for j in range(k)] for i in range(k)], bool)
     if not (tie.sum() > k):
         return option
-    return np.where(tie[:, :, None], option[None, :, :], -np.inf).max(axis=1)
+    if entry is None:
+        return np.where(tie[:, :, None], option[None, :, :], -np.inf).max(axis=1)
+    out = np.full(option.shape, -np.inf)
+    for i in range(k):
+        tied = np.flatnonzero(tie[i])
+        for j in tied:
+            others = tied[tied != j]
+            out[i] = np.maximum(out[i], option[j] + entry[others].sum(axis=0))
+    return out
 
 
 JOIN_MAX = 4  # joins of more producers keep the per-producer bound (the join bound enumerates 2^k subsets)
 CHAIN_MAX = 64  # longest private branch followed back from a producer
+BRANCH_OPTIONS = 8  # ways a private branch enters its join's call that the join bound tells apart
 
 
-def _private_work(start: int, other: int, t: np.ndarray, rmin: np.ndarray, anc: list[int],
-                  preds_of: list[list[int]]) -> np.ndarray:
-    """(D,) the least a call on each device spends on ``start``'s own branch when ``start`` is in the
-    call: following one path back from ``start`` through nodes that are neither ``other`` nor its
-    ancestors, each node is computed in the call until the branch enters it — receiving the value of
-    the first node outside (a value no path into ``other`` carries, so not a charge already counted
-    on ``other``'s side). Entering at the fork itself costs nothing extra (its value may be received
-    for ``other`` too), so the all-inside option counts compute only."""
+def _private_work(start: int, other: int, t: np.ndarray, rmin: np.ndarray, size: np.ndarray, anc: list[int],
+                  preds_of: list[list[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ways a call on each device can hold ``start``'s own branch when ``start`` is in the call, as
+    (time (D,), memory (D,) in buckets) options: following one path back from ``start`` through nodes
+    that are neither ``other`` nor its ancestors, each node is computed in the call, and held in its
+    memory, until the branch enters it — receiving the value of the first node outside (a value no path
+    into ``other`` carries, so not a charge already counted on ``other``'s side). Entering at the fork
+    itself costs nothing extra (its value may be received for ``other`` too), so the all-inside option
+    counts compute only. None of these nodes is an ancestor of ``other``, so their memory is not in
+    ``other``'s chain either: the call holds both."""
     excl = anc[other] | (1 << other)
     path = [start]
     x = start
@@ -149,16 +170,36 @@ def _private_work(start: int, other: int, t: np.ndarray, rmin: np.ndarray, anc: 
             break
         x = min(cands, key=lambda y: (-float(np.min(t[y])), y))
         path.append(x)
-    tt = t[path]
-    inside = tt.sum(axis=0)
+    work, mem = np.cumsum(t[path], axis=0), np.cumsum(size[path], axis=0)
+    options = [(work[-1], mem[-1])]  # the whole branch inside
     if len(path) == 1:
-        return inside
-    entries = np.cumsum(tt, axis=0)[:-1] + rmin[path[1:]]  # entry at the e-th node, e = 1..L
-    return np.minimum(inside, entries.min(axis=0))
+        return options
+    enter = work[:-1] + rmin[path[1:]]  # (L - 1, D): enters at path[e], e = 1..L-1, holding path[:e]
+    # consecutive entries merge into one option of their least time and least memory (a relaxation, so
+    # still a bound): first those holding the same memory (lossless), then into BRANCH_OPTIONS groups
+    held = mem[:-1]
+    cuts = [0] + [e for e in range(1, len(held)) if (held[e] != held[e - 1]).any()] + [len(held)]
+    if len(cuts) - 1 > BRANCH_OPTIONS:
+        cuts = sorted(set(cuts[:: -(-(len(cuts) - 1) // BRANCH_OPTIONS)] + [len(held)]))
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        options.append((enter[a:b].min(axis=0), held[a]))
+    return options
+
+
+def _with_branch(same: np.ndarray, options: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """(D, K1): the chain of ``same`` (by memory budget) when the call also runs one of the branch
+    ``options``: its time added, its memory taken from the budget; the cheapest option."""
+    work = np.stack([w for w, _ in options])[:, :, None]  # (O, D, 1)
+    mem = np.stack([m for _, m in options])  # (O, D)
+    K1 = same.shape[-1]
+    idx = np.arange(K1)[None, None, :] - np.minimum(mem, K1)[:, :, None]
+    held = np.take_along_axis(np.broadcast_to(same, idx.shape), np.maximum(idx, 0), axis=-1)
+    return np.where(idx >= 0, held + work, np.inf).min(axis=0)
 
 
 def _join(producers: np.ndarray, p: np.ndarray, arrive: np.ndarray, same_call: np.ndarray, t: np.ndarray,
-          rmin: np.ndarray, anc: list[int], preds_of: list[list[int]]) -> np.ndarray:
+          rmin: np.ndarray, size: np.ndarray, anc: list[int], preds_of: list[list[int]],
+          entry: np.ndarray) -> np.ndarray:
     """(D, K1) the least a join waits before its own compute, over which producers share its call.
 
     A call runs its nodes one after another, so with two independent producers both inside it, the
@@ -170,14 +211,15 @@ def _join(producers: np.ndarray, p: np.ndarray, arrive: np.ndarray, same_call: n
     ids = producers.tolist()
     arr = np.stack([arrive[p == q].max(axis=0) for q in ids])  # (k, D): all its values must arrive
     same = np.stack([same_call[np.flatnonzero(p == q)[0]] for q in ids])  # (k, D, K1)
+    took = np.stack([entry[p == q].sum(axis=0) for q in ids])  # (k, D): the least the call pays for q's values
     is_anc = [[i != j and bool((anc[ids[i]] >> ids[j]) & 1) for j in range(k)] for i in range(k)]  # j before i
-    extra = np.zeros((k, k, t.shape[1]))
+    both: dict[tuple[int, int], np.ndarray] = {}  # (i, j): i's chain when j's branch shares the call
     indep = np.zeros((k, k), bool)
     for i in range(k):
         for j in range(k):
             if i != j and not is_anc[i][j] and not is_anc[j][i]:
                 indep[i, j] = True
-                extra[i, j] = _private_work(ids[j], ids[i], t, rmin, anc, preds_of)
+                both[i, j] = _with_branch(same[i], _private_work(ids[j], ids[i], t, rmin, size, anc, preds_of))
     best = np.full(same.shape[1:], np.inf)
     for mask in range(1 << k):
         inside = [(mask >> i) & 1 == 1 for i in range(k)]
@@ -185,12 +227,14 @@ def _join(producers: np.ndarray, p: np.ndarray, arrive: np.ndarray, same_call: n
             continue  # an ancestor inside, its descendant producer outside: not convex
         val = np.full(same.shape[1:], -np.inf)
         for i in range(k):
-            if not inside[i]:
-                val = np.maximum(val, arr[i][:, None])
+            if not inside[i]:  # the other producers outside send values the call also receives
+                others = [j for j in range(k) if j != i and not inside[j] and not is_anc[i][j]]
+                val = np.maximum(val, (arr[i] + took[others].sum(axis=0))[:, None])
                 continue
             others = [j for j in range(k) if inside[j] and indep[i, j]]
-            add = extra[i, others].max(axis=0)[:, None] if others else 0.0  # one other branch: no overlap
-            val = np.maximum(val, same[i] + add)
+            val = np.maximum(val, same[i])
+            for j in others:  # one other branch at a time: no overlap
+                val = np.maximum(val, both[i, j])
         best = np.minimum(best, val)
     return best
 
@@ -261,12 +305,14 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         # value available at a consumer on b, for a producer on a: (k, a, b)
         arrive = ef_p[:, :, None] + send_acc[j] + recv[j]
         arrive = np.where(cross[None] & allowed[p][:, :, None], arrive, inf).min(axis=1)
+        # least charge of each value entering a call on b (summed: a call receives its inputs one by one)
+        entry = np.where(acc[None, :], np.where(cross[None] & allowed[p][:, :, None], recv[j], inf).min(axis=1), 0.0)
         if len(uses) > 1:  # convexity: a producer outside the call takes its ancestors out with it
-            arrive = _coupled(arrive, p, anc)
+            arrive = _coupled(arrive, p, anc, entry)
         same_call = np.where(in_call & allowed[p][:, :, None], _shift(F[p], size[w]), inf)
         producers = np.unique(p)
         if 2 <= len(producers) <= JOIN_MAX and acc.any():
-            opt = _join(producers, p, arrive, same_call, t, rmin, anc, preds_of)
+            opt = _join(producers, p, arrive, same_call, t, rmin, size, anc, preds_of, entry)
         else:
             opt = np.minimum(arrive[:, :, None], same_call).max(axis=0)
         F[w] = np.where(fits, t[w][:, None] + np.maximum(opt, 0.0), inf)

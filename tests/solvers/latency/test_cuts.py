@@ -185,6 +185,35 @@ def test_bounds_see_memory_force_a_transfer():
     assert sol.certificate.objective == pytest.approx(bound, rel=1e-6)
 
 
+def _sweep_bound(p: Problem) -> float:
+    dt = prepare(p)
+    return float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.time_scale
+
+
+def _optimum(p: Problem) -> float:
+    return min(ev.objective for ev in (evaluate(p, s) for s in placements(p)) if ev.feasible)
+
+
+def test_join_bound_counts_the_other_branchs_memory():
+    """A diamond whose every path fits one accelerator but whose two branches together do not, with
+    transfers dearer than compute: one call cannot hold the join and both branches, so some value
+    must cross. Counting only the memory of one path the bound was the bare compute (0.5 s)."""
+    g = profiled_graph([(0, 1), (1, 2), (2, 4), (0, 3), (3, 4)], [1.0] * 5, [0.1] * 5,
+                       [0.5, 0.5, 0.5, 0.5, 0.0], size=100_000)
+    p = problem(g, paper_topology(2, 1, memory=450_000), q=1)  # four of the five nodes fit
+    bound, best = _sweep_bound(p), _optimum(p)
+    assert bound > 0.5 + 0.5  # compute and at least one transfer
+    assert bound <= best * (1 + 1e-9)
+
+
+def test_a_call_receives_its_entering_values_one_after_another():
+    """0 -> 1 -> 2 and 0 -> 2, one node per accelerator at most two: when 2's call takes in 1's value
+    it takes in 0's too (convexity), and pays both charges, not the larger one; the bound is the optimum."""
+    g = profiled_graph([(0, 1), (1, 2), (0, 2)], [1.0] * 3, [0.1] * 3, [0.05, 0.04, 0.0], size=100_000)
+    p = problem(g, paper_topology(2, 1, memory=250_000), q=1)
+    assert _sweep_bound(p) == pytest.approx(_optimum(p), rel=1e-9)
+
+
 def test_memory_buckets_round_down_so_whatever_fits_still_fits():
     rng = np.random.default_rng(0)
     sizes = rng.uniform(0, 100, 40)
