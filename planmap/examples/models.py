@@ -9,13 +9,14 @@ step returning ``(loss, grads)``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypedDict
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["ModelDef", "EXAMPLES", "mlp", "gpt", "cnn", "get"]
+__all__ = ["ModelDef", "EXAMPLES", "mlp", "gpt", "gpt2host", "cnn", "get"]
 
 
 @dataclass(frozen=True)
@@ -107,25 +108,28 @@ def _layernorm(x, p, eps=1e-5):
     return (x - m) * jax.lax.rsqrt(v + eps) * p["g"] + p["b"]
 
 
-def _attention(x, p, heads):
+def _attention(x, p, heads, causal_bias=False):
     b, t, d = x.shape
     hd = d // heads
     q, k, v = jnp.split(x @ p["wqkv"], 3, axis=-1)
     q, k, v = (a.reshape(b, t, heads, hd) for a in (q, k, v))
     s = jnp.einsum("bthd,bshd->bhts", q, k) / np.sqrt(hd)
-    s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -1e9)
+    if causal_bias:  # an additive (t, t) mask: every op on the scores is elementwise, with the batch dim
+        s = s + (1.0 - jnp.tril(jnp.ones((t, t), jnp.float32))) * -1e9
+    else:
+        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -1e9)
     o = jnp.einsum("bhts,bshd->bthd", jax.nn.softmax(s, axis=-1), v).reshape(b, t, d)
     return o @ p["wo"]
 
 
-def _gpt_forward(params, tokens, heads=GPT["heads"]):
+def _gpt_forward(params, tokens, heads=GPT["heads"], causal_bias=False):
     with jax.named_scope("embed"):
         x = params["embed"]["wte"][tokens] + params["embed"]["wpe"][None, : tokens.shape[1]]
     for i in range(len(params["blocks"])):
         p = params["blocks"][f"layer{i}"]
         with jax.named_scope(f"layer{i}"):
             with jax.named_scope("attn"):
-                x = x + _attention(_layernorm(x, p["ln1"]), p["attn"], heads)
+                x = x + _attention(_layernorm(x, p["ln1"]), p["attn"], heads, causal_bias)
             with jax.named_scope("mlp"):
                 h = jax.nn.gelu(_layernorm(x, p["ln2"]) @ p["mlp"]["w1"] + p["mlp"]["b1"])
                 x = x + h @ p["mlp"]["w2"] + p["mlp"]["b2"]
@@ -148,6 +152,35 @@ gpt = ModelDef(
                                            GPT["vocab"], jnp.int32),
     forward=_gpt_forward,
     loss=_gpt_loss,
+)
+
+
+# The same GPT blocks as the 2-host example plans them: a 128-token context and microbatches of 64 sequences,
+# enough work per layer that splitting it over 16 H100 beats paying each layer's kernel launches on fewer.
+# The causal mask is an additive bias and the loss is written out (no jnp.where / take_along_axis calls), so
+# every op on the attention scores and the logits carries the batch dimension for the sharding search.
+GPT2HOST = dict(GPT, seq=128, batch=64)
+
+
+def _gpt2host_loss(params, tokens, targets):
+    logits = _gpt_forward(params, tokens, causal_bias=True)
+    top = jax.lax.stop_gradient(logits.max(axis=-1, keepdims=True))
+    lse = jnp.log(jnp.exp(logits - top).sum(axis=-1)) + top[..., 0]
+    picked = jnp.sum((targets[..., None] == jnp.arange(logits.shape[-1])).astype(logits.dtype) * logits, axis=-1)
+    return jnp.mean(lse - picked)
+
+
+def _tokens(key, shape):
+    return jax.random.randint(key, (shape["batch"], shape["seq"]), 0, shape["vocab"], jnp.int32)
+
+
+gpt2host = ModelDef(
+    name="gpt2host",
+    init=partial(_gpt_init, seq=GPT2HOST["seq"]),
+    inputs=lambda key: (_tokens(key, GPT2HOST),),
+    targets=lambda key: _tokens(jax.random.fold_in(key, 1), GPT2HOST),
+    forward=partial(_gpt_forward, causal_bias=True),
+    loss=_gpt2host_loss,
 )
 
 
@@ -220,11 +253,11 @@ cnn = ModelDef(
     loss=_cnn_loss,
 )
 
-EXAMPLES: dict[str, ModelDef] = {m.name: m for m in (mlp, gpt, cnn)}
+EXAMPLES: dict[str, ModelDef] = {m.name: m for m in (mlp, gpt, gpt2host, cnn)}
 
 
 def get(name: str) -> ModelDef:
-    """The example model called ``name`` (mlp, gpt, cnn)."""
+    """The example model called ``name`` (mlp, gpt, gpt2host, cnn)."""
     try:
         return EXAMPLES[name]
     except KeyError:

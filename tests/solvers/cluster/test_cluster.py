@@ -94,6 +94,21 @@ def test_auto_plan_never_worse_than_the_baselines_on_every_example(name):
     assert judged >= 2
 
 
+def test_two_host_example_plan_uses_all_16_devices():
+    """Issue 13's first check: the committed 2-host plan (what ``auto`` solves it to: tests/core/test_goldens.py)
+    puts stages on every device of both hosts, each stage sharded over its submesh, and is feasible."""
+    from planmap.plan.build import to_solution
+    from planmap.plan.files import load as load_file
+
+    p = problem("gpt-train-2host")
+    plan = to_solution(p, load_file(ROOT / "plans" / "gpt-train-2host.plan.yaml").document)
+    used = [d for s in plan.stages for d in s.devices]
+    assert sorted(used) == list(range(p.topology.num_devices)) == list(range(16))
+    assert {int(h) for h in p.topology.device_host[used]} == {0, 1}
+    assert plan.num_stages >= 2 and all(len(s.devices) > 1 and s.mesh_axes for s in plan.stages)
+    assert evaluate(p, plan).feasible
+
+
 @pytest.fixture(scope="module")
 def heavy_mlp(tmp_path_factory):
     return heavy_mlp_problem(tmp_path_factory.mktemp("mlp"))
