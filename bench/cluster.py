@@ -25,7 +25,6 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import argparse  # noqa: E402
-import itertools  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -44,67 +43,13 @@ def spec_path(name: str) -> Path:
 MICROBATCHES = (1, 2, 4, 8)
 
 
-def grid(num_devices: int, per_host: int) -> list[tuple[int, int, int, int]]:
-    """(dp, fsdp, tp, pp) with product ``num_devices``: tp inside a host; dp and fsdp not both > 1."""
-    out = []
-    for dp, fsdp, tp, pp in itertools.product(*[[d for d in range(1, num_devices + 1) if num_devices % d == 0]] * 4):
-        if dp * fsdp * tp * pp == num_devices and per_host % tp == 0 and (dp == 1 or fsdp == 1):
-            out.append((dp, fsdp, tp, pp))
-    return out
-
-
-def grid_plan(problem, groups, point, m, cache: dict):
-    """The grid point's plan: ``pp`` stages of equal group counts on consecutive submeshes of
-    ``dp·fsdp·tp`` devices, each a (data, tensor) mesh, groups laid out data-parallel (FSDP: the
-    leanest layout) or Megatron; None where the point does not divide the model or the devices."""
-    from dataclasses import replace
-
-    from planmap.problem import Certificate, Status
-    from planmap.sharding import LogicalMesh, evaluate_spmd
-    from planmap.sharding.stage import stage_tables
-    from planmap.solvers.cluster.layouts import StageLayout, baseline_layouts, compose_layout
-    from planmap.solvers.cluster.space import StagePlan, build_solution, device_order
-
-    dp, fsdp, tp, pp = point
-    G = groups.num_groups
-    if pp > G:
-        return None
-    order = device_order(problem)
-    size = dp * fsdp * tp
-    if len(set(problem.topology.device_type[order].tolist())) > 1:
-        return None
-    pm = replace(problem, microbatches=m)
-    bounds = [round(k * G / pp) for k in range(pp + 1)]
-    plans = []
-    for k in range(pp):
-        devs = tuple(int(d) for d in order[k * size:(k + 1) * size])
-        if size == 1:
-            plans.append(StagePlan(bounds[k], bounds[k + 1], devs))
-            continue
-        sizes = tuple(s for s in (dp * fsdp, tp) if s > 1) or (1,)
-        mesh = LogicalMesh.build(problem.topology, sizes, devs)
-        tables = stage_tables(pm, groups.range_ops(bounds[k], bounds[k + 1]), mesh)
-        want = "megatron" if tp > 1 else ("fsdp" if fsdp > 1 else "data-parallel")
-        parts = []
-        for g in range(bounds[k], bounds[k + 1]):
-            gt = stage_tables(pm, groups.ops[g], mesh)
-            key = (g, mesh.key, want)
-            if key not in cache:
-                lays = dict(baseline_layouts(gt))
-                specs = lays.get(want) or lays.get("data-parallel") or next(iter(lays.values()))
-                cache[key] = StageLayout(gt, specs, evaluate_spmd(gt, specs), want, Status.HEURISTIC)
-            parts.append(cache[key])
-        lay = compose_layout(tables, parts)
-        plans.append(StagePlan(bounds[k], bounds[k + 1], devs, tables, lay.specs))
-    return build_solution(pm, groups, plans, Certificate(Status.HEURISTIC, "grid"), microbatches=m)
-
-
 def bench_spec(name: str, time_limit: float) -> dict:
     from dataclasses import replace
 
     from planmap.assemble import build_problem
     from planmap.evaluate import evaluate
     from planmap.problem import SolveOptions
+    from planmap.solvers.cluster.grid import grid_plan, grid_points, hosts_width
     from planmap.solvers.cluster.solver import plan_cluster
     from planmap.solvers.cluster.space import layer_groups
     from planmap.spec import load_spec
@@ -116,11 +61,9 @@ def bench_spec(name: str, time_limit: float) -> dict:
     ours = ans.evaluation.step_time / ans.solution.microbatches
     groups = layer_groups(problem)
     topo = problem.topology
-    per_host = int(max(sum(1 for d in topo.accelerators if topo.device_host[d] == h)
-                       for h in set(topo.device_host.tolist())))
     best, fits, total = None, 0, 0
     cache: dict = {}
-    for point in grid(len(topo.accelerators) or topo.num_devices, per_host):
+    for point in grid_points(len(topo.accelerators) or topo.num_devices, hosts_width(problem)):
         for m in MICROBATCHES:
             sol = grid_plan(problem, groups, point, m, cache)
             if sol is None:

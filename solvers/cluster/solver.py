@@ -9,7 +9,8 @@ tried and every device order (heterogeneous clusters: hosts in both orders). The
 DP answer are then sharded on their whole range (:func:`~.layouts.solve_stage`) and the plan is
 judged by :func:`planmap.evaluate.evaluate` together with the baselines — everything on one device,
 pure data parallel, FSDP, Megatron tensor × data parallel, and the pipeline plan of the exact
-pipeline DP (``dp``) — which are points of the same space; the best step time per microbatch wins.
+pipeline DP (``dp``) — and every point of the practitioner's (dp, fsdp, tp, pp) grid (:mod:`.grid`), which
+are points of the same space; the best step time per microbatch wins.
 
 The certificate states the space searched and what is proven: the DP is optimal over contiguous
 ranges of the layer groups × the submeshes × the microbatch counts under the additive stage model
@@ -34,6 +35,7 @@ from planmap.vocabulary import ObjectiveKind
 
 from .costs import StageCosts, inflight_rows
 from .dp import DPResult, stage_dp
+from .grid import grid_plan, grid_points, hosts_width
 from .layouts import StageLayout, compose_layout, refine_layout
 from .space import LayerGroups, StagePlan, Submesh, build_solution, device_order, layer_groups, stage_meshes, submeshes
 
@@ -177,25 +179,48 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
     for name, sol in _baselines(problem, replace(options, progress=None), baselines):
         found.append((name, sol, evaluate(problem, sol)))
     base_time = time.perf_counter() - t_base
-    if not found:
+    t_grid = time.perf_counter()
+    grid = _grid(problem, groups, choices)
+    grid_time = time.perf_counter() - t_grid
+    if not found and not grid:
         raise SolverUnavailableError(f"solver 'cluster' found no plan for {problem.name}")
-    name, sol, ev = min(found, key=lambda f: _score(problem, f[1], f[2]))
+    name, sol, ev = min(found + grid, key=lambda f: _score(problem, f[1], f[2]))
     stats = {"groups": groups.num_groups, "distinct_groups": len(set(groups.signature)), "solves": costs.stats.solves,
              "cache_hits": costs.stats.hits, "tables_time": costs.stats.tables_time,
              "solve_time": costs.stats.solve_time, "dp_time": dp_time, "baselines_time": base_time,
+             "grid_time": grid_time, "grid_points": len(grid),
              "stages_time": stage_time, "evaluate_time": eval_time,
              "dp_states": best_dp.states if best_dp else 0,
              "dp_candidates": f"{best_dp.candidates}/{best_dp.candidates_total}" if best_dp else "",
              "statuses": dict(costs.stats.statuses),
              "wall_time": time.perf_counter() - t0}
-    message = _message(groups, choices, costs, found, name, ev, problem, refine)
+    message = _message(groups, choices, costs, found, grid, name, ev, problem, refine)
     sol = sol.with_certificate(status=Status.HEURISTIC, solver="cluster", objective=ev.objective, bound=None,
                                gap=None, version=VERSION, message=message, wall_time=stats["wall_time"],
                                options={"time_limit": options.time_limit, "rel_gap": options.rel_gap})
     return ClusterAnswer(sol, ev, tuple(found), best_dp, groups, stats)
 
 
-def _message(groups: LayerGroups, choices: list[int], costs: StageCosts, found, winner: str, ev: Evaluation,
+def _grid(problem: Problem, groups: LayerGroups, choices: list[int]) -> list[tuple[str, Solution, Evaluation]]:
+    """Every (dp, fsdp, tp, pp) point of the practitioner's grid (:mod:`.grid`) at each microbatch count, judged
+    by :func:`planmap.evaluate.evaluate`, so that the answer is never worse than the best hand-tuned degrees."""
+    topo = problem.topology
+    cache: dict = {}
+    out = []
+    for point in grid_points(len(topo.accelerators) or topo.num_devices, hosts_width(problem)):
+        for m in choices:
+            try:
+                sol = grid_plan(problem, groups, point, m, cache)
+            except PlanmapError:  # the point does not fit the model (e.g. a mesh axis it cannot split)
+                continue
+            if sol is not None:
+                pm = replace(problem, microbatches=m) if m != problem.microbatches else problem
+                dp, fsdp, tp, pp = point
+                out.append((f"grid dp={dp} fsdp={fsdp} tp={tp} pp={pp} (M={m})", sol, evaluate(pm, sol)))
+    return out
+
+
+def _message(groups: LayerGroups, choices: list[int], costs: StageCosts, found, grid, winner: str, ev: Evaluation,
              problem: Problem, refine: bool) -> str:
     """The certificate's statement of the space searched and of what is proven."""
     shapes = sorted({s.shape for o in _orders(problem) for s in submeshes(problem, o)},
@@ -204,6 +229,10 @@ def _message(groups: LayerGroups, choices: list[int], costs: StageCosts, found, 
     clock = " (a stage IP hit its wall-clock safety net)" if costs.clock_cut else ""
     others = "; ".join(f"{n}: {e.step_time / max(s.microbatches, 1) * 1e3:.6g} ms/microbatch"
                        + ("" if e.feasible else " (infeasible)") for n, s, e in found)
+    fits = [(e.step_time / max(s.microbatches, 1), n) for n, s, e in grid if e.feasible]
+    if grid:
+        others += (f"; grid (dp, fsdp, tp, pp) × microbatches: {len(grid)} points, {len(fits)} fit"
+                   + (f", best {min(fits)[1]} at {min(fits)[0] * 1e3:.6g} ms/microbatch" if fits else ""))
     how = "best of the SPMD baselines and the sharding IP" if costs.use_ip else "best of the SPMD baselines"
     return (f"stage DP optimal over contiguous ranges of {groups.num_groups} layer groups × submeshes "
             f"{{{', '.join(shapes)}}} × microbatches {{{', '.join(map(str, choices))}}} under the additive "

@@ -64,7 +64,8 @@ def test_stage_table_is_the_sum_of_group_costs_plus_boundary_transfers():
 def test_auto_plan_never_worse_than_the_baselines_on_every_example(name):
     """The committed plan of every throughput example (what ``auto`` gives: tests/core/test_goldens.py
     re-solves it) against single device, pure data parallel, Megatron TP in a host × DP across hosts and
-    the pipeline DP's plan, each built here and judged by evaluate, by step time per microbatch."""
+    the pipeline DP's plan, each built here and judged by evaluate, by step time per microbatch; and every point
+    of the MaxText/Megatron-style (dp, fsdp, tp, pp) grid at the spec's microbatch count."""
     from planmap.plan.build import to_solution
     from planmap.plan.files import load as load_file
     from planmap.solvers.cluster.solver import megatron_hosts
@@ -92,6 +93,17 @@ def test_auto_plan_never_worse_than_the_baselines_on_every_example(name):
             judged += 1
             assert mine <= per_microbatch(sol, oev) * (1 + 1e-9), other
     assert judged >= 2
+    # and every point of the practitioner's (dp, fsdp, tp, pp) grid at the spec's microbatches
+    from planmap.solvers.cluster.grid import grid_plan, grid_points, hosts_width
+
+    cache: dict = {}
+    points = [grid_plan(p, layer_groups(p), point, p.microbatches, cache)
+              for point in grid_points(len(p.topology.accelerators) or p.topology.num_devices, hosts_width(p))]
+    evs = [(sol, evaluate(p, sol)) for sol in points if sol is not None]
+    assert name == "cnn-train-mixed" or evs  # mixed device types: no grid
+    for sol, oev in evs:
+        if oev.feasible:
+            assert mine <= per_microbatch(sol, oev) * (1 + 1e-9), sol.certificate.solver
 
 
 def test_two_host_example_plan_uses_all_16_devices():
