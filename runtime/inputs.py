@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ def _domain(argument, funcs: dict) -> ArgDomain:
 
     # each entry: a value and the calls it was followed into (innermost last), so that a value a callee
     # returns continues at its call's result (jnp.take routes an index through a private @_where call)
-    stack: list[tuple[object, tuple]] = [(argument, ())]
+    stack: list[tuple[Any, tuple]] = [(argument, ())]
     seen: set = set()
     bounds: list[int] = []
     positive = False
