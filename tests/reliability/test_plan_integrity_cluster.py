@@ -30,10 +30,10 @@ EDITS = {
     "sharding removed": lambda t: t.replace(f"    - {SHARDING}\n", ""),
     "sharding moved to another op": lambda t: t.replace(SHARDING, SHARDING.replace("op: 7", "op: 8")),
     "sharding name": lambda t: t.replace(SHARDING, SHARDING.replace('name: "jit', 'name: "x')),
-    "argument sharding added": lambda t: t.replace("  args: []", '  args:\n    - {arg: 0, name: "x", '
-                                                                 "spec: [data, null, null, null]}"),
-    "zero on an inference plan": lambda t: t.replace("shardings:\n  args: []", "shardings:\n  zero: 1\n  args: []"),
-    "zero 3": lambda t: t.replace("shardings:\n  args: []", "shardings:\n  zero: 3\n  args: []"),
+    "argument sharding added": lambda t: t.replace("shardings:\n  args:\n", 'shardings:\n  args:\n    - {arg: 0, '
+                                                                 'name: "x", spec: [data, null, null, null]}\n'),
+    "zero on an inference plan": lambda t: t.replace("shardings:\n  args:", "shardings:\n  zero: 1\n  args:"),
+    "zero 3": lambda t: t.replace("shardings:\n  args:", "shardings:\n  zero: 3\n  args:"),
     "plan name": lambda t: t.replace("name: cnn-tpu", "name: cnn-tpu2", 1),
     "global mesh axis": lambda t: t.replace("axis_names: [device]", "axis_names: [dev]"),
     "microbatches": lambda t: t.replace("microbatches: 8}", "microbatches: 4}"),
