@@ -149,7 +149,7 @@ def main() -> None:
                  f"{st['tables_time']:.1f} s, group sharding {st['solve_time']:.1f} s, stage DP {st['dp_time']:.1f} s "
                  f"({st['dp_states']} states, t_max candidates tried/distinct {st['dp_candidates']}), chosen stages "
                  f"{st['stages_time']:.1f} s, evaluate {st['evaluate_time']:.1f} s, baselines "
-                 f"{st['baselines_time']:.1f} s",
+                 f"{st['baselines_time']:.1f} s, grid {st['grid_time']:.1f} s ({st['grid_points']} points)",
                  f"- intra-op solves {st['solves']}, cache hits {st['cache_hits']}",
                  f"- plan: {r['plan']}, {r['step'] * 1e3:.4g} ms per microbatch", "", f"Certificate: {r['winner']}"]
         print("\n".join(scale), flush=True)
