@@ -62,7 +62,8 @@ def solve_spec(loaded: Any, *, solver: str | None = None, time_limit: Any = None
     """Build the problem of a loaded spec and solve it with the spec's solver settings, flags winning.
 
     ``on_problem(problem)`` is called once the model is loaded (the CLI updates its status line).
-    Returns ``(problem, SolveResult)``; the one path from a spec to an answer for the CLI and the API.
+    Returns ``(problem, SolveResult)``, the problem with the plan's microbatches and schedule decided (the
+    result's); the one path from a spec to an answer for the CLI and the API.
     """
     from planmap.assemble import build_problem
     from planmap.problem import SolveOptions
@@ -74,7 +75,8 @@ def solve_spec(loaded: Any, *, solver: str | None = None, time_limit: Any = None
         on_problem(problem)
     options = SolveOptions.from_spec(cfg, time_limit=_limit_seconds(time_limit, cfg.time_limit), rel_gap=gap,
                                      threads=threads or None, progress=progress)
-    return problem, run_solve(problem, solver or cfg.name, options)
+    result = run_solve(problem, solver or cfg.name, options)
+    return result.problem, result
 
 
 @dataclass(eq=False)

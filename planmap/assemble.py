@@ -17,6 +17,7 @@ from planmap.cost import CostModel
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.graph import OpGraph
 from planmap.kernels import kernel_counts
+from planmap.microbatching import AUTO_MICROBATCHES, resolve_schedule
 from planmap.problem import Problem
 from planmap.vocabulary import Mode, ObjectiveKind, Schedule, ThroughputVariant
 
@@ -61,20 +62,22 @@ def _batch_size(graph: OpGraph) -> int | None:
     return int(data[0].type.shape[0]) if data else None
 
 
-def _microbatches(model: Any, graph: OpGraph, topo: Topology) -> int:
-    """Microbatches per step: the spec's number, or for ``auto`` globalBatch / the artifact's batch size
-    (else twice the number of pipeline devices). The artifact is exported at the microbatch size."""
+def _microbatches(model: Any, graph: OpGraph) -> tuple[int, tuple[int, ...]]:
+    """(microbatches, the planner's choices): the spec's number, or with ``globalBatch`` globalBatch / the
+    artifact's batch (the artifact is exported at the microbatch size, so M is fixed); ``auto`` without
+    ``globalBatch`` and a list are choices (:mod:`planmap.microbatching`), of which solvers that do not choose M
+    solve at the largest."""
     batch = _batch_size(graph)
     mb = model.microbatches
+    if isinstance(mb, list) or (mb == "auto" and not (model.global_batch and batch)):
+        choices = tuple(sorted(set(mb))) if isinstance(mb, list) else AUTO_MICROBATCHES
+        return choices[-1], choices
     if mb == "auto":
-        if model.global_batch and batch:
-            mb = max(1, model.global_batch // batch)
-        else:
-            mb = 2 * max(1, len(topo.accelerators))
+        mb = max(1, model.global_batch // batch)
     if model.global_batch and batch and model.global_batch != batch * mb:
         raise PlanmapError(f"globalBatch {model.global_batch} != the artifact's batch {batch} x microbatches {mb}: "
                               "the artifact is run once per microbatch, so export it at globalBatch / microbatches")
-    return int(mb)
+    return int(mb), ()
 
 
 def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
@@ -104,17 +107,19 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
         i = int(bad[0])
         raise InfeasibleError(f"operator {coarse.op_name[i]!r} ({coarse.kind[i]}) can run on no device of the "
                               f"cluster (unsupported, or excluded by pins); {len(bad)} such node(s)")
-    schedule = str(body.constraints.schedule)
-    if schedule == "auto":
-        schedule = "1f1b" if mode == "training" else "gpipe"
-    mb = _microbatches(model, original, topo)
+    schedule = Schedule(body.constraints.schedule)
+    schedules = (Schedule.GPIPE, Schedule.ONE_F_ONE_B) if schedule is Schedule.AUTO else ()
+    mb, mb_choices = _microbatches(model, original)
+    if str(body.objective.kind) != "throughput":  # latency: one sample, no microbatches to choose
+        mb_choices = ()
     return Problem(
         name=spec.metadata.name, graph=coarse, topology=topo, cost=cost, objective=ObjectiveKind(body.objective.kind),
         variant=ThroughputVariant(body.objective.variant), mode=Mode(mode),
         contiguous=str(body.constraints.placement) == "contiguous",
         max_subgraphs=body.constraints.max_subgraphs_per_device, max_stages=body.constraints.max_stages,
-        memory_headroom=body.constraints.memory_headroom, schedule=Schedule(schedule),
-        microbatches=mb, replication=str(body.constraints.replication) == "allow",
+        memory_headroom=body.constraints.memory_headroom,
+        schedule=resolve_schedule(mode) if schedule is Schedule.AUTO else schedule, schedule_choices=schedules,
+        microbatches=mb, microbatch_choices=mb_choices, replication=str(body.constraints.replication) == "allow",
         batch_size=_batch_size(original),
         allowed=allowed, original=original, spec=spec,
     )

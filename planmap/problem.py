@@ -251,6 +251,9 @@ class Problem:
     schedule: Schedule = Schedule.GPIPE  # GPIPE or ONE_F_ONE_B (the assembly resolves AUTO)
     microbatches: int = 1
     replication: bool = False
+    # the planner's choices (:mod:`planmap.microbatching`): () = exactly ``microbatches`` / ``schedule``
+    microbatch_choices: tuple[int, ...] = ()
+    schedule_choices: tuple[Schedule, ...] = ()
     batch_size: int | None = None  # samples per microbatch (the artifact's data batch), when known
     # Derived when omitted (the cost model's supported devices; the graph itself) and always set
     # after __post_init__: typed as stored, so readers need no None checks.
@@ -266,6 +269,16 @@ class Problem:
         object.__setattr__(self, "schedule", Schedule(self.schedule))
         if self.schedule is Schedule.AUTO:
             raise ValueError("Problem.schedule requires gpipe or 1f1b, but got auto (resolve it from the mode)")
+        object.__setattr__(self, "microbatch_choices", tuple(sorted({int(m) for m in self.microbatch_choices})))
+        object.__setattr__(self, "schedule_choices", tuple(Schedule(s) for s in self.schedule_choices))
+        if Schedule.AUTO in self.schedule_choices:
+            raise ValueError("Problem.schedule_choices requires gpipe or 1f1b, but got auto")
+        if self.microbatch_choices and self.microbatches not in self.microbatch_choices:
+            raise ValueError(f"Problem.microbatches requires one of {list(self.microbatch_choices)}, "
+                             f"but got {self.microbatches}")
+        if self.schedule_choices and self.schedule not in self.schedule_choices:
+            raise ValueError(f"Problem.schedule requires one of {[str(s) for s in self.schedule_choices]}, "
+                             f"but got {self.schedule}")
         allowed = self.cost.supported.copy() if self.allowed is None else np.asarray(self.allowed, bool)
         if allowed.shape != (self.graph.num_nodes, self.topology.num_devices):
             raise ValueError(f"Problem.allowed requires shape {(self.graph.num_nodes, self.topology.num_devices)}")
@@ -273,6 +286,28 @@ class Problem:
         object.__setattr__(self, "allowed", allowed)
         if self.original is None:
             object.__setattr__(self, "original", self.graph)
+
+    @property
+    def microbatch_candidates(self) -> tuple[int, ...]:
+        """The microbatch counts a plan of this problem may record (ascending)."""
+        return self.microbatch_choices or (self.microbatches,)
+
+    @property
+    def schedule_candidates(self) -> tuple[Schedule, ...]:
+        """The pipeline schedules a plan of this problem may record."""
+        return self.schedule_choices or (self.schedule,)
+
+    def decide(self, microbatches: int, schedule: str | None = None) -> Problem:
+        """This problem with the planner's decisions fixed (``schedule`` None: unchanged); ``self`` when nothing
+        changes, so its memo is kept. ValueError for a value outside the candidates."""
+        sched = self.schedule if schedule is None else Schedule(schedule)
+        if microbatches not in self.microbatch_candidates:
+            raise ValueError(f"microbatches {microbatches} is not among {list(self.microbatch_candidates)}")
+        if sched not in self.schedule_candidates:
+            raise ValueError(f"schedule {sched} is not among {[str(s) for s in self.schedule_candidates]}")
+        if microbatches == self.microbatches and sched is self.schedule:
+            return self
+        return replace(self, microbatches=int(microbatches), schedule=sched)
 
     @property
     def capacity(self) -> np.ndarray:

@@ -133,13 +133,20 @@ def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None =
 
 
 def _finish(problem: Problem, sol: Solution, name: str, tried, wall: float, options: SolveOptions) -> SolveResult:
-    """Re-evaluate the answer; keep the backend's bound and gap unless its claim disagrees."""
-    ev = evaluate(problem, sol)
+    """Choose the microbatches among the spec's candidates (:func:`planmap.microbatching.choose`: the result's
+    ``problem`` has them fixed) and re-evaluate the answer; keep the backend's bound and gap unless its claim
+    disagrees (the objective, a time per microbatch, does not depend on M)."""
+    from planmap.microbatching import choose
+
+    choice = choose(problem, sol)
+    problem, sol, ev = choice.problem, choice.solution, choice.evaluation
     if not ev.feasible:
         raise InfeasibleError(f"{problem.name}: the best plan found ({name}) violates constraints:\n  - "
                               + "\n  - ".join(ev.violations))
     cert = sol.certificate
     message, gap, bound = cert.message, cert.gap, cert.bound
+    if choice.statement:
+        message = (message + "; " if message else "") + choice.statement
     claimed = cert.objective
     if (claimed is not None and math.isfinite(claimed) and math.isfinite(ev.objective)
             and abs(claimed - ev.objective) > CLAIM_TOLERANCE * max(abs(ev.objective), 1e-30)):

@@ -115,6 +115,7 @@ def explain(
     from planmap.assemble import build_problem
     from planmap.cli.summary import print_json, print_summary, summary_data
     from planmap.evaluate import evaluate
+    from planmap.microbatching import as_planned
     from planmap.spec import load_spec
 
     loaded = plan_mod.load(plan)
@@ -123,6 +124,10 @@ def explain(
         raise PlanmapError(f"{plan}: the plan records no spec input, so it cannot be explained")
     problem = build_problem(load_spec(spec_path))
     solution = plan_mod.to_solution(problem, loaded.document)
+    try:
+        problem = as_planned(problem, solution)
+    except ValueError as e:
+        raise PlanmapError(f"{plan}: {e} (run `planmap check {plan}`)") from None
     ev = evaluate(problem, solution)
     data = summary_data(problem, solution, ev, loaded.document, plan_path=None, wall=None)
     out = console()

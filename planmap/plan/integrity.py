@@ -187,6 +187,8 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     """Check a plan against its spec and artifact (see the module docstring); ``resolve`` also re-solves."""
     from planmap.assemble import build_problem
     from planmap.evaluate import evaluate
+    from planmap.microbatching import as_planned
+    from planmap.microbatching import pipelined as planned_pipeline
     from planmap.plan.build import SOLVER_INPUT_ROLES, make_plan, to_solution
     from planmap.spec import load_spec
 
@@ -231,9 +233,14 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
         report.problems.append(f"decisions do not fit the model: {e}")
         return report
     throughput = problem.objective == "throughput"
-    # schedule and microbatches follow from the spec, not from the plan (a one-stage SPMD plan has no pipeline
-    # schedule; a whole-cluster plan of several sharded stages is a pipeline)
-    pipelined = throughput and (solution.shardings is None or solution.num_stages > 1)
+    pipelined = planned_pipeline(problem, solution)
+    choice = _choice_problems(problem, doc, pipelined)
+    if choice:
+        report.problems += choice
+        return report
+    # the plan's microbatches and schedule are decisions within the spec's sets (planmap.microbatching): the
+    # predictions are re-derived with them (a one-stage SPMD plan has no pipeline schedule; latency: one sample)
+    built, problem = problem, as_planned(problem, solution)
     solver_inputs = tuple((i.role, str(path.parent / i.path)) for i in doc.inputs if i.role in SOLVER_INPUT_ROLES)
     solution = replace(solution, schedule=problem.schedule if pipelined else None,
                        microbatches=problem.microbatches if throughput else 1,
@@ -248,8 +255,22 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
         found[-1] += f"; regenerate with: {plan.regenerate_command()}"
     (report.stale if intact else report.problems).extend(found)
     if resolve and report.ok:
-        _resolve(report, plan, spec, problem, doc)
+        _resolve(report, plan, spec, built, doc)  # solved as `solve` does: before the decisions
     return report
+
+
+def _choice_problems(problem, doc: PlanDocument, pipelined: bool) -> list[str]:
+    """The recorded microbatches and schedule must be in the spec's sets (a number, or ``auto``/a list of
+    choices; a schedule, or ``auto``); the predictions then follow from them."""
+    out = []
+    allowed = problem.microbatch_candidates
+    if problem.objective == "throughput" and doc.schedule.microbatches not in allowed:
+        out.append(f"microbatches {doc.schedule.microbatches} is not one the spec allows "
+                   f"({', '.join(map(str, allowed))})")
+    kinds = [str(k) for k in problem.schedule_candidates]
+    if pipelined and doc.schedule.kind not in kinds:
+        out.append(f"schedule {doc.schedule.kind} is not one the spec allows ({', '.join(kinds)})")
+    return [f"decisions outside the spec: {m}" for m in out]
 
 
 def _resolve(report: CheckReport, plan, spec, problem, doc: PlanDocument) -> None:
@@ -263,7 +284,7 @@ def _resolve(report: CheckReport, plan, spec, problem, doc: PlanDocument) -> Non
                                               ("seed", int), ("backend", str)) if k in o}
     opts = SolveOptions.from_spec(s, **recorded)
     result = solve(problem, s.name, opts)
-    fresh = make_plan(problem, result.solution, result.evaluation, spec=spec, plan_path=plan.path)
+    fresh = make_plan(result.problem, result.solution, result.evaluation, spec=spec, plan_path=plan.path)
     fresh = _as_recorded(doc, fresh)
     if render(fresh, []) != render(doc, []):
         what = "; ".join(_field_problems(doc, fresh)) or "the rendering differs"

@@ -388,8 +388,11 @@ class ModelSource(_Model):
     entry: str = Field(default="main", description="Entry function of the StableHLO module.")
     global_batch: int | None = Field(default=None, ge=1, description="Samples per step across all devices "
                                      "= microbatch size x microbatches x data-parallel replicas.")
-    microbatches: int | Literal["auto"] = Field(default=1, description="Microbatches per step for pipelined "
-                                                "plans (a number >= 1, or auto).")
+    microbatches: int | Literal["auto"] | list[int] = Field(
+        default=1, description="Microbatches per step (each one run of the artifact): a number >= 1; auto "
+        "(with globalBatch: globalBatch / the artifact's batch; without: the planner chooses from 1, 2, 4, 8, 16, 32); "
+        "or a list of numbers the planner chooses from, e.g. [1, 2, 4, 8] (by the time per sample under memory; "
+        "ties within 1%: the smallest).")
     arguments: ArgumentRoles | None = Field(default=None, description="Which @main arguments are data and "
                                             "which are parameters. Default: from JAX argument names "
                                             "(params/weights are parameters), else the first is data.")
@@ -404,9 +407,12 @@ class ModelSource(_Model):
     @field_validator("microbatches")
     @classmethod
     def _positive(cls, v):
-        if isinstance(v, int) and v < 1:
+        if isinstance(v, list) and not v:
+            raise PydanticCustomError("value", "microbatches lists no choice",
+                                      {"got": v, "expected": "a non-empty list of integers >= 1"})
+        if any(m < 1 for m in (v if isinstance(v, list) else [v] if isinstance(v, int) else [])):
             raise PydanticCustomError("value", "microbatches must be at least 1",
-                                      {"got": v, "expected": "an integer >= 1 or 'auto'"})
+                                      {"got": v, "expected": "an integer >= 1, a list of them, or 'auto'"})
         return v
 
     @field_validator("source")
@@ -427,6 +433,10 @@ class ModelSource(_Model):
         if self.global_batch is not None and isinstance(mb, int) and self.global_batch % mb:
             _fail("value", "globalBatch {got} is not divisible by microbatches " + str(mb), at=("globalBatch",),
                   got=self.global_batch, expected="globalBatch = microbatch size x microbatches x replicas")
+        if self.global_batch is not None and isinstance(mb, list):
+            _fail("value", "microbatches as a list lets the planner choose the count, but globalBatch fixes it "
+                  "(globalBatch / the artifact's batch): give one of them", at=("microbatches",), got=mb,
+                  expected="a number or auto with globalBatch; a list without it")
         return self
 
 
@@ -499,7 +509,8 @@ class Constraints(_Model):
                         "that leave each repeated layer, and run the layer's forward again in its backward "
                         "(its forward nodes cost twice). Layers come from the model's repeated structure.")
     schedule: Schedule = Field(default=Schedule.AUTO, description="Pipeline schedule: gpipe, 1f1b or auto "
-                               "(1f1b in training, gpipe in inference).")
+                               "(the planner chooses: 1f1b in training, where it dominates gpipe — the same step "
+                               "time, less memory; gpipe in inference, where the two are the same plan).")
     replication: Replication = Field(default=Replication.FORBID, description="allow: a pipeline stage may be "
                                      "replicated over several devices (data parallel within the stage).")
     coarsening: Coarsening = Field(default=Coarsening.AUTO, description="Graph coarsening before solving.")

@@ -29,6 +29,7 @@ import numpy as np
 
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import Evaluation, evaluate
+from planmap.microbatching import pick
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
 from planmap.sharding import propagate
 from planmap.sharding.stage import stage_tables
@@ -136,7 +137,8 @@ def _baselines(problem: Problem, options: SolveOptions, names: Sequence[str]) ->
 def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices: Sequence[int] | None = None,
                  formula: str = "step", ip_groups: bool = False, refine: bool = True,
                  baselines: Sequence[str] = BASELINE_NAMES) -> ClusterAnswer:
-    """The whole search (see the module doc); ``microbatch_choices`` default to the problem's count."""
+    """The whole search (see the module doc); ``microbatch_choices`` default to the problem's candidates (the
+    spec's count, or its choices: :mod:`planmap.microbatching`, whose tie-break picks the winner)."""
     t0 = time.perf_counter()
     if problem.objective is not ObjectiveKind.THROUGHPUT:
         raise SolverUnavailableError("solver 'cluster' plans throughput only")
@@ -144,7 +146,7 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
         raise SolverUnavailableError(f"solver 'cluster' needs a StableHLO graph with dimension maps; "
                                      f"{problem.name} has none (a profiled graph: use dp or ip)")
     groups = layer_groups(problem)
-    choices = sorted({int(m) for m in (microbatch_choices or [problem.microbatches])})
+    choices = sorted({int(m) for m in (microbatch_choices or problem.microbatch_candidates)})
     costs = StageCosts(problem, groups, options, use_ip=ip_groups)
     progress = options.progress
     found: list[tuple[str, Solution, Evaluation]] = []
@@ -188,7 +190,7 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
     grid_time = time.perf_counter() - t_grid
     if not found and not grid:
         raise SolverUnavailableError(f"solver 'cluster' found no plan for {problem.name}")
-    name, sol, ev = min(found + grid, key=lambda f: _score(problem, f[1], f[2]))
+    name, sol, ev = pick(found + grid, key=lambda f: (*_score(problem, f[1], f[2]), f[1].microbatches))
     stats = {"groups": groups.num_groups, "distinct_groups": len(set(groups.signature)), "solves": costs.stats.solves,
              "cache_hits": costs.stats.hits, "tables_time": costs.stats.tables_time,
              "solve_time": costs.stats.solve_time, "dp_time": dp_time, "baselines_time": base_time,

@@ -23,7 +23,7 @@ def solve_to_text(spec_path: Path, plan_path: Path) -> str:
     result = solve(problem, cfg.name, SolveOptions(time_limit=cfg.time_limit / 1e9, rel_gap=cfg.rel_gap,
                                                    threads=cfg.threads, seed=cfg.seed, backend=cfg.backend,
                                                    passthrough=dict(cfg.options)))
-    doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=spec, plan_path=plan_path)
+    doc = plan_mod.make_plan(result.problem, result.solution, result.evaluation, spec=spec, plan_path=plan_path)
     return plan_mod.render(doc, plan_mod.header(spec_path, plan_path))
 
 
