@@ -22,8 +22,8 @@ spec:
     source: {model}
     mode: training
     optimizer: adam
-    microbatches: 2
-  cluster: {clusters}/h100-1x8.yaml
+    microbatches: {microbatches}
+  cluster: {cluster}
   objective:
     kind: throughput
   solver:
@@ -62,7 +62,8 @@ def _problem(tmp: Path, model: Path, remat: bool):
     from planmap.spec import load_spec
 
     path = tmp / f"mlp-remat-{remat}.yaml"
-    path.write_text(SPEC.format(model=model, clusters=ROOT / "specs" / "clusters", remat=str(remat).lower()))
+    path.write_text(SPEC.format(model=model, cluster=ROOT / "specs" / "clusters" / "h100-1x8.yaml",
+                                remat=str(remat).lower(), microbatches=2))
     spec = load_spec(path)
     return build_problem(spec), spec
 
