@@ -78,8 +78,11 @@ def _microbatches(model: Any, graph: OpGraph, topo: Topology) -> int:
 
 
 def remat_options(spec: Any) -> tuple[bool, ...]:
-    """The activation-checkpointing choices the spec allows: one, or both for ``remat: auto``."""
+    """The activation-checkpointing choices the spec allows: one, or both for ``remat: auto`` in training
+    (inference stashes nothing: no choice to make)."""
     remat = spec.spec.constraints.remat
+    if str(spec.spec.model.mode) != "training":
+        return (False,)
     return (False, True) if remat == "auto" else (bool(remat),)
 
 
