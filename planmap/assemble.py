@@ -14,14 +14,14 @@ import numpy as np
 
 from planmap.cluster import Topology
 from planmap.cost import CostModel
-from planmap.errors import InfeasibleError, PlanmapError
+from planmap.errors import InfeasibleError, InputError, PlanmapError
 from planmap.graph import OpGraph
 from planmap.kernels import kernel_counts
 from planmap.microbatching import AUTO_MICROBATCHES, resolve_schedule
 from planmap.problem import Problem
 from planmap.vocabulary import Mode, ObjectiveKind, Schedule, ThroughputVariant
 
-__all__ = ["build_problem"]
+__all__ = ["build_problem", "remat_options", "plan_remat"]
 
 def _pins(spec, graph: OpGraph, original: OpGraph, topo: Topology, allowed: np.ndarray) -> None:
     names = np.asarray(original.op_name, dtype=object)
@@ -80,8 +80,19 @@ def _microbatches(model: Any, graph: OpGraph) -> tuple[int, tuple[int, ...]]:
     return int(mb), ()
 
 
-def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
-    """The problem a :class:`~planmap.spec.LoadedSpec` describes: load, coarsen, cost, constrain."""
+def remat_options(spec: Any) -> tuple[bool, ...]:
+    """The activation-checkpointing choices the spec allows: one, or both for ``remat: auto`` in training
+    (inference stashes nothing: no choice to make)."""
+    remat = spec.spec.constraints.remat
+    if str(spec.spec.model.mode) != "training":
+        return (False,)
+    return (False, True) if remat == "auto" else (bool(remat),)
+
+
+def build_problem(spec: Any, *, graph: OpGraph | None = None, remat: bool | None = None) -> Problem:
+    """The problem a :class:`~planmap.spec.LoadedSpec` describes: load, coarsen, cost, constrain.
+
+    ``remat``: activation checkpointing, one of :func:`remat_options` (default: the spec's, no for auto)."""
     from planmap import frontend
 
     body = spec.spec
@@ -99,7 +110,7 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
     mode = str(model.mode)
     cost = CostModel.build(coarse, topo, mode=mode, optimizer=str(model.optimizer),
                            kernels=kernel_counts(coarse, original), master_dtype=model.master_dtype,
-                           remat=body.constraints.remat)
+                           remat=remat if remat is not None else body.constraints.remat is True)
     allowed = cost.supported.copy()
     _pins(spec, coarse, original, topo, allowed)
     bad = np.flatnonzero(~allowed.any(axis=1))
@@ -123,3 +134,15 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None) -> Problem:
         batch_size=_batch_size(original),
         allowed=allowed, original=original, spec=spec,
     )
+
+
+def plan_remat(spec: Any, doc: Any) -> bool:
+    """The activation-checkpointing choice a plan of ``spec`` was made with: the spec's, or for
+    ``remat: auto`` the one the plan records (``solver.options.remat``); InputError when the spec does
+    not allow the recorded choice."""
+    allowed = remat_options(spec)
+    recorded = doc.solver.options.get("remat", allowed[0])
+    if not isinstance(recorded, bool) or recorded not in allowed:
+        raise InputError(f"the plan records remat {recorded!r}, but the spec allows "
+                         f"{' or '.join(str(r).lower() for r in allowed)}")
+    return recorded

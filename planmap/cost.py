@@ -36,6 +36,7 @@ from planmap.cluster import DTYPE_ALIASES, Topology
 from planmap.crossings import crossings
 from planmap.errors import InputError
 from planmap.graph import OpGraph
+from planmap.remat import layer_boundary, layer_forward
 from planmap.vocabulary import MemoryModel, Mode
 
 __all__ = ["CostModel", "OPTIMIZER_STATES", "MASTER_DTYPES", "param_memory_factor", "mixed_precision_factor"]
@@ -114,7 +115,7 @@ class CostModel:
             raise InputError(f"master dtype {master_dtype!r} is not one of {', '.join(MASTER_DTYPES)}")
         remat = bool(remat and mode == Mode.TRAINING and graph.backward.any())
         if remat:  # a layer's forward runs again in its backward: its nodes cost twice (launches too)
-            again = _recomputed(graph).astype(float)[:, None]
+            again = layer_forward(graph).astype(float)[:, None]
             compute, launch = compute * (1.0 + again), launch * (1.0 + again)
         return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch), master_dtype, remat)
 
@@ -207,16 +208,21 @@ class CostModel:
     @cached_property
     def stash_bytes(self) -> np.ndarray:
         """(n,) bytes a forward node's outputs occupy per in-flight microbatch until the backward pass
-        consumes them (training only; zero in inference)."""
+        consumes them (training only; zero in inference). With ``remat``: the layer-boundary values the
+        backward or a layer's recomputation reads (a layer's input is kept for its recomputation), as
+        the runtime keeps them (:mod:`planmap.runtime.remat`)."""
         g = self.graph
         out = np.zeros(g.num_nodes, np.int64)
         if self.mode == Mode.INFERENCE or not g.backward.any() or g.memory_model is MemoryModel.NODE_SIZES:
             return _ro(out)
         src = g.edge_src
-        stashed = (src >= 0) & ~g.backward[np.maximum(src, 0)] & g.backward[g.edge_dst]
-        vals = np.unique(g.edge_value[stashed])
-        if self.remat:  # only what the recomputation cannot rebuild: values leaving a layer's forward
-            vals = vals[_layer_boundary(g)[vals]]
+        fw_src = (src >= 0) & ~g.backward[np.maximum(src, 0)]
+        if self.remat:  # what the backward and its recomputation read that the recomputation cannot rebuild:
+            again = layer_forward(g)  # values leaving a layer's forward, and the layers' inputs
+            vals = np.unique(g.edge_value[fw_src & (g.backward[g.edge_dst] | again[g.edge_dst])])
+            vals = vals[layer_boundary(g)[vals]]
+        else:
+            vals = np.unique(g.edge_value[fw_src & g.backward[g.edge_dst]])
         np.add.at(out, g.value_node[vals], g.value_bytes[vals])
         return _ro(out)
 
@@ -259,27 +265,6 @@ def _type_times(graph: OpGraph, topo: Topology, t: int, kernels: np.ndarray) -> 
     if half > 0:  # efficiency F / (F + half) per kernel: a fixed (F-free) part per kernel, never divided
         launch = launch + np.where(graph.flops > 0, kernels * half / (peak * eff), 0.0)
     return roof + launch, launch
-
-
-def _recomputed(g: OpGraph) -> np.ndarray:
-    """(n,) bool: forward nodes inside a repeated layer, which activation checkpointing runs again."""
-    return ~g.backward & (g.layer >= 0)
-
-
-def _layer_boundary(g: OpGraph) -> np.ndarray:
-    """(values,) bool: values a checkpointed forward keeps: made outside any layer (or by an argument),
-    or read by a forward node of another layer (a layer's output, the next layer's input)."""
-    keep = np.ones(g.num_values, bool)
-    made = g.value_node >= 0
-    prod = np.where(made, g.value_node, 0)
-    inside = made & ~g.backward[prod] & (g.layer[prod] >= 0)
-    keep[inside] = False
-    src = g.edge_src
-    fw_edge = (src >= 0) & ~g.backward[g.edge_dst]
-    leaves = fw_edge & (g.layer[g.edge_dst] != g.layer[np.maximum(src, 0)])
-    keep[g.edge_value[leaves]] = True
-    keep[g.results] = True
-    return keep
 
 
 def _half_efficiency_flops(topo: Topology, t: int) -> float:

@@ -33,6 +33,7 @@ from planmap.runtime.compile import CompiledSegment, compile_segment
 from planmap.runtime.devices import map_devices, stage_meshes
 from planmap.runtime.ir_graph import ARG, EntryGraph, Ref
 from planmap.runtime.layout import Layouts, combine_rules
+from planmap.runtime.remat import remat_sets, split_for_remat, stage_remat, stash_bytes
 from planmap.runtime.schedule import dispatch_order
 from planmap.runtime.segments import form_segments, op_stages
 from planmap.runtime.split import plan_cuts
@@ -52,7 +53,8 @@ class Executable:
     Attributes: ``plan`` (the document),
     ``artifact``, ``microbatches``, ``batch`` (the artifact's microbatch size), ``data_args``,
     ``combine`` (rule per output), ``input_shardings`` (where each argument is wanted: place
-    parameters there once to avoid copies every step), ``compile_seconds``, ``profile``.
+    parameters there once to avoid copies every step), ``compile_seconds``, ``profile``,
+    ``stash_bytes`` (per stage position: bytes kept per microbatch for the stage's later calls).
     """
 
     def __init__(self, doc: PlanDocument, artifact: Artifact, *, devices: Sequence | None = None,
@@ -70,8 +72,11 @@ class Executable:
             raise InputError(f"the plan streams {self.microbatches} microbatches but declares no data_args "
                              "to split; regenerate the plan")
         meshes = stage_meshes(doc, map_devices(doc, devices), self.batch)
-        segments = form_segments(doc, graph)
-        cuts = plan_cuts(graph, [list(s.ops) for s in segments], recompute=recompute)
+        again = stage_remat(doc)
+        segments = split_for_remat(form_segments(doc, graph), again)
+        cuts = plan_cuts(graph, [list(s.ops) for s in segments], recompute=recompute,
+                         remat=remat_sets(segments, again))
+        self.stash_bytes = stash_bytes(graph, segments, cuts)
         live = [(s, c) for s, c in zip(segments, cuts, strict=True) if c.outputs]
         t0 = time.perf_counter()
         self.segments: list[CompiledSegment] = [

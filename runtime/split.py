@@ -52,28 +52,37 @@ def recomputable(graph: EntryGraph) -> np.ndarray:
     return out
 
 
-def _ancestors(graph: EntryGraph, op: int, cheap: np.ndarray, acc: set[int]) -> None:
+def _ancestors(graph: EntryGraph, op: int, copied, acc: set[int]) -> None:
     stack = [op]
     while stack:
         i = stack.pop()
         if i in acc:
             continue
         acc.add(i)
-        stack.extend(o for o, _ in graph.operands[i] if o != ARG and cheap[o])
+        stack.extend(o for o, _ in graph.operands[i] if o != ARG and copied(o))
 
 
-def plan_cuts(graph: EntryGraph, segments: list[list[int]], *, recompute: bool = True) -> list[SegmentCut]:
-    """The cut of each segment (op ids per segment; together they cover every op exactly once)."""
+def plan_cuts(graph: EntryGraph, segments: list[list[int]], *, recompute: bool = True,
+              remat: list[frozenset[int]] | None = None) -> list[SegmentCut]:
+    """The cut of each segment (op ids per segment; together they cover every op exactly once).
+
+    ``remat[s]``: ops of other segments that segment ``s`` runs again instead of receiving their results
+    (activation checkpointing, :mod:`planmap.runtime.remat`), like the cheap ops and with them."""
     cheap = recomputable(graph) if recompute else np.zeros(graph.n_ops, bool)
     kept_sets: list[tuple[set[int], set[int]]] = []
     inputs: list[tuple[Ref, ...]] = []
-    for seg in segments:
+    for s, seg in enumerate(segments):
         own = set(seg)
+        again = remat[s] if remat else frozenset()
+
+        def copied(o: int, again=again) -> bool:
+            return bool(cheap[o]) or o in again
+
         extra: set[int] = set()
         for i in seg:
             for o, _ in graph.operands[i]:
-                if o != ARG and o not in own and cheap[o]:
-                    _ancestors(graph, o, cheap, extra)
+                if o != ARG and o not in own and copied(o):
+                    _ancestors(graph, o, copied, extra)
         extra -= own
         kept = own | extra
         ins: set[Ref] = set()

@@ -112,7 +112,7 @@ def explain(
 
     The solve's wall time is not in plan files (they are reproducible), so it shows as "not recorded"."""
     from planmap import plan as plan_mod
-    from planmap.assemble import build_problem
+    from planmap.assemble import build_problem, plan_remat
     from planmap.cli.summary import print_json, print_summary, summary_data
     from planmap.evaluate import evaluate
     from planmap.microbatching import as_planned
@@ -122,7 +122,8 @@ def explain(
     spec_path = loaded.spec_path
     if spec_path is None:
         raise PlanmapError(f"{plan}: the plan records no spec input, so it cannot be explained")
-    problem = build_problem(load_spec(spec_path))
+    spec = load_spec(spec_path)
+    problem = build_problem(spec, remat=plan_remat(spec, loaded.document))
     solution = plan_mod.to_solution(problem, loaded.document)
     try:
         problem = as_planned(problem, solution)

@@ -63,6 +63,7 @@ def summary_data(problem, solution, ev, doc, *, plan_path: Path | None, wall: fl
         "certificate": {"status": str(c.status), "solver": c.solver, "backend": c.backend,
                         "bound_s": _finite(c.bound), "gap": c.gap, "message": c.message},
         "wall_time_s": wall, "auto": [{"solver": n, "why": w} for n, w in tried],
+        "remat": {"on": bool(problem.cost.remat), "chosen": "remat" in c.options},
     }
 
 
@@ -88,6 +89,11 @@ def print_summary(out: Console, data: dict[str, Any]) -> None:
     else:
         out.print(f"predicted time per microbatch (bottleneck): [bold]{_fmt_t(p['objective_s'])}[/], "
                   f"step {_fmt_t(p['step_time_s'])} for {p['microbatches']} microbatch(es) ({p['step_definition']})")
+    remat = data.get("remat") or {}
+    if remat.get("on") or remat.get("chosen"):
+        how = "chosen by the planner (remat: auto)" if remat.get("chosen") else "set by the spec"
+        out.print(f"activation checkpointing: {'on' if remat.get('on') else 'off'} ({how})" + (
+            "; each stage's backward runs its layers' forward again" if remat.get("on") else ""))
     bound = f", bound {_fmt_t(c['bound_s'])}" if c["bound_s"] is not None else ""
     gap = f", gap {c['gap']:.2%}" if c["gap"] is not None else ""
     wall = "not recorded in the plan" if data["wall_time_s"] is None else f"{data['wall_time_s']:.2f}s"

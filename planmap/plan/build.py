@@ -36,6 +36,7 @@ from planmap.plan.document import (
     StageMesh,
 )
 from planmap.problem import Certificate, Problem, Shardings, Solution, Stage, Status
+from planmap.remat import remat_ops
 from planmap.vocabulary import ObjectiveKind
 
 __all__ = ["make_plan", "to_solution", "document", "plan_input", "stage_mesh", "shardings_doc", "op_ranges",
@@ -150,6 +151,7 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
     throughput = problem.objective is ObjectiveKind.THROUGHPUT
     order = list(evaluation.stage_order) if throughput else list(range(solution.num_stages))
     stages: list[StageDoc] = []
+    remat = problem.cost.remat and solution.shardings is None  # the SPMD cost model ignores remat
     for k in order:
         nodes = np.flatnonzero(solution.assignment == k)
         if len(nodes) == 0:
@@ -158,7 +160,8 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
         st = solution.stages[k]
         mesh = stage_mesh(st.mesh_axes or ([("data", st.replicas)] if st.replicas > 1 else []))
         stages.append(StageDoc(id=len(stages), devices=[topo.names[d] for d in st.devices],
-                               ops=op_ranges(members), mesh=mesh, layers=_layer_names(problem, nodes)))
+                               ops=op_ranges(members), mesh=mesh, layers=_layer_names(problem, nodes),
+                               remat=op_ranges(remat_ops(g, problem.original, nodes)) if remat else []))
     sh = solution.shardings
     if sh is not None and solution.num_stages == 1:
         # an SPMD plan's mesh is its one stage's devices in row-major mesh order

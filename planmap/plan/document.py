@@ -91,6 +91,9 @@ class StageDoc(_Doc):
                                        "(entry function body, in order) that the stage runs.")
     mesh: StageMesh | None = Field(default=None, description="Sub-mesh when the stage spans several devices.")
     layers: list[str] = Field(default_factory=list, description="Repeated layers the stage holds (for reading).")
+    remat: list[tuple[int, int]] = Field(default_factory=list, description="Activation checkpointing: half-open "
+                                         "ranges of the stage's forward op ids that its backward runs again from "
+                                         "the stashed layer-boundary values instead of keeping their results.")
 
 
 class ShardingEntry(_Doc):
@@ -241,7 +244,8 @@ def _body(doc: PlanDocument) -> str:
     out.append(f"schedule: {_flow(d['schedule'])}")
     out.append("stages:" if d["stages"] else "stages: []")
     for st in d["stages"]:
-        st = {k: v for k, v in st.items() if not (k == "mesh" and v is None) and not (k == "layers" and not v)}
+        st = {k: v for k, v in st.items()
+              if not (k == "mesh" and v is None) and not (k in ("layers", "remat") and not v)}
         out.append(f"  - {_flow(st)}")
     out.append("shardings:")
     if d["shardings"].get("zero"):

@@ -185,7 +185,7 @@ def _as_recorded(recorded: PlanDocument, rebuilt: PlanDocument) -> PlanDocument:
 
 def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     """Check a plan against its spec and artifact (see the module docstring); ``resolve`` also re-solves."""
-    from planmap.assemble import build_problem
+    from planmap.assemble import build_problem, plan_remat
     from planmap.evaluate import evaluate
     from planmap.microbatching import as_planned
     from planmap.microbatching import pipelined as planned_pipeline
@@ -226,8 +226,8 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     if options:
         report.problems += [f"solver options differ from the spec's: {m}" for m in options]
         return report
-    problem = build_problem(spec)
     try:
+        problem = build_problem(spec, remat=plan_remat(spec, doc))
         solution = to_solution(problem, doc)
     except InputError as e:
         report.problems.append(f"decisions do not fit the model: {e}")
@@ -284,7 +284,11 @@ def _resolve(report: CheckReport, plan, spec, problem, doc: PlanDocument) -> Non
                                               ("seed", int), ("backend", str)) if k in o}
     opts = SolveOptions.from_spec(s, **recorded)
     result = solve(problem, s.name, opts)
-    fresh = make_plan(result.problem, result.solution, result.evaluation, spec=spec, plan_path=plan.path)
+    sol = result.solution
+    if "remat" in o:  # remat: auto solved both ways; the plan's choice is its problem
+        options = {**sol.certificate.options, "remat": o["remat"]}
+        sol = replace(sol, certificate=replace(sol.certificate, options=options))
+    fresh = make_plan(result.problem, sol, result.evaluation, spec=spec, plan_path=plan.path)
     fresh = _as_recorded(doc, fresh)
     if render(fresh, []) != render(doc, []):
         what = "; ".join(_field_problems(doc, fresh)) or "the rendering differs"

@@ -505,9 +505,11 @@ class Constraints(_Model):
                                           "device may run one after another (non-contiguous placement).")
     max_stages: int | None = Field(default=None, ge=1, description="Upper bound on pipeline stages.")
     memory_headroom: Fraction = Field(default=0.1, description="Share of each device's memory kept free.")
-    remat: bool = Field(default=False, description="Activation checkpointing (training): keep only the activations "
-                        "that leave each repeated layer, and run the layer's forward again in its backward "
-                        "(its forward nodes cost twice). Layers come from the model's repeated structure.")
+    remat: bool | Literal["auto"] = Field(
+        default=False, description="Activation checkpointing (training): keep only the activations that leave "
+        "each repeated layer, and run the layer's forward again in its backward (its forward nodes cost twice). "
+        "Layers come from the model's repeated structure. auto: the planner solves with and without it and "
+        "keeps the faster plan that fits memory (one choice per plan, recorded in the plan).")
     schedule: Schedule = Field(default=Schedule.AUTO, description="Pipeline schedule: gpipe, 1f1b or auto "
                                "(the planner chooses: 1f1b in training, where it dominates gpipe — the same step "
                                "time, less memory; gpipe in inference, where the two are the same plan).")

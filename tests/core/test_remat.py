@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from planmap.evaluate import evaluate
@@ -38,7 +37,8 @@ def test_remat_trades_stash_for_recompute(problems):
     inner = ~g.backward & (g.layer >= 0)
     assert inner.any() and remat.cost.remat and not plain.cost.remat
     assert remat.cost.stash_bytes.sum() < 0.5 * plain.cost.stash_bytes.sum()
-    assert (remat.cost.stash_bytes <= plain.cost.stash_bytes).all()
+    outside = ~inner & ~g.backward  # the embedding and the head keep what their backward reads
+    assert (remat.cost.stash_bytes[outside] >= plain.cost.stash_bytes[outside]).all()
     assert remat.cost.compute[inner] == pytest.approx(2 * plain.cost.compute[inner])
     assert remat.cost.compute[~inner] == pytest.approx(plain.cost.compute[~inner])
 
@@ -53,5 +53,5 @@ def test_the_same_plan_needs_less_memory_and_more_time(problems):
     assert a.feasible and b.feasible
     assert b.memory.max() < a.memory.max()
     assert b.objective > a.objective
-    used = np.flatnonzero(a.memory > 0)
-    assert (b.memory[used] <= a.memory[used]).all()
+    # a stage without layers may keep more: the next stage's layer input, which its recomputation reads
+    assert b.memory.sum() < 0.5 * a.memory.sum()
