@@ -1,8 +1,8 @@
 """The memory of a stage's compiled program, as XLA allocates it: arguments, outputs and temporaries.
 
 A stage runs as one or more compiled programs (segments: the stage's ops when no path leaves the
-stage and comes back, else each run of consecutive op ids, as :mod:`planmap.runtime.segments` forms
-them; a training stage is usually one forward and one backward program). For each program XLA's
+stage and comes back, else each run of consecutive op ids, :func:`planmap.segments.stage_programs`,
+the runtime's rule; a training stage is usually one forward and one backward program). For each program XLA's
 ``memory_analysis()`` reports the bytes of its arguments, its outputs and its temporaries (a heap
 simulation over the values it materialises, in schedule order). This module predicts the same three
 terms per segment, on the op-level graph (the coarse nodes the solvers see hide which values are
@@ -40,8 +40,9 @@ import numpy as np
 
 from planmap.frontend.recompute import recomputed_nodes
 from planmap.graph import DimRoles, OpGraph
+from planmap.segments import stage_programs
 
-__all__ = ["KERNEL_OPS", "kernels", "segments_of", "segment_bytes", "stage_program_bytes", "value_shards",
+__all__ = ["KERNEL_OPS", "kernels", "segment_bytes", "stage_program_bytes", "value_shards",
            "plan_program_bytes"]
 
 # Ops XLA runs as kernels of their own (library calls, reductions, data movement with index math):
@@ -73,28 +74,6 @@ def kernels(graph: OpGraph) -> np.ndarray:
         elems = sum(float(np.prod(t.shape)) for t in graph.outputs[i]) if graph.outputs is not None else 0.0
         out[i] = graph.flops[i] > _POINTWISE_FLOPS * max(elems, 1.0)
     return out
-
-
-def segments_of(graph: OpGraph, op_group: np.ndarray, k: int) -> list[np.ndarray]:
-    """Op ids of each program of group ``k``: all its ops when the group is convex (no path leaves it
-    and comes back), else each run of consecutive op ids (the runtime's rule)."""
-    ops = np.flatnonzero(op_group == k)
-    if len(ops) == 0:
-        return []
-    indptr, preds = graph.pred
-    left = np.zeros(graph.num_nodes, bool)  # an op outside k reachable from k
-    convex = True
-    for i in range(int(ops[0]), graph.num_nodes):
-        p = preds[indptr[i]: indptr[i + 1]]
-        if op_group[i] == k:
-            if left[p].any():
-                convex = False
-                break
-        else:
-            left[i] = bool((op_group[p] == k).any() or left[p].any())
-    if convex:
-        return [ops]
-    return np.split(ops, np.flatnonzero(np.diff(ops) != 1) + 1)
 
 
 def _recomputed_closure(graph: OpGraph, own: np.ndarray, cheap: np.ndarray) -> np.ndarray:
@@ -268,7 +247,7 @@ def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *,
     ``inputs``, ``outputs``, ``temp``, per device when ``split`` gives each value's shard count."""
     cheap = recomputed_nodes(graph)
     best = {"params": 0.0, "inputs": 0.0, "outputs": 0.0, "temp": 0.0}
-    for ops in segments_of(graph, np.asarray(op_group), k):
+    for ops in stage_programs(graph.pred, np.asarray(op_group), k):
         own = np.zeros(graph.num_nodes, bool)
         own[ops] = True
         own &= ~cheap

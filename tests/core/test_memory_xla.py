@@ -25,10 +25,11 @@ def _stage_ratio(name: str, k: int) -> float:
     from planmap.assemble import build_problem
     from planmap.plan import files
     from planmap.plan.build import to_solution
-    from planmap.program_memory import plan_program_bytes, segments_of
+    from planmap.program_memory import plan_program_bytes
     from planmap.runtime.artifact import Artifact
     from planmap.runtime.ir_graph import EntryGraph
     from planmap.runtime.profile import _compiled_ops
+    from planmap.segments import stage_programs
     from planmap.spec import load_spec
 
     spec = load_spec(ROOT / "specs" / f"{name}.yaml")
@@ -42,7 +43,7 @@ def _stage_ratio(name: str, k: int) -> float:
     artifact = Artifact.from_file(spec.model_path)
     graph = EntryGraph.from_artifact(artifact)
     xla = 0
-    for ops in segments_of(problem.original, op_group, k):
+    for ops in stage_programs(problem.original.pred, op_group, k):
         compiled, _ = _compiled_ops(artifact, graph, ops.tolist(), jax.devices()[0], f"stage{k}")
         m = compiled.memory_analysis()
         xla = max(xla, m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
