@@ -33,7 +33,7 @@ What this does not follow (``bench/results/memory.md`` gives the numbers):
 - XLA:CPU's scheduler is breadth-first (an op runs once all its operands are computed, in the order
   they became ready), not op-id order. In a loss, the labels' one-hot and the gather's indices depend
   on the labels only and run first, and the gather of the log-probabilities waits for its level, after
-  the logits gradient: four logits-sized buffers overlap where op order has three. Following it needs
+  the logits gradient: five logits-sized buffers overlap where op order has four. Following it needs
   which operands each result of a call depends on, which the op-level graph does not keep (a call
   holds no body), so the loss stage of GPT training reads low (0.77).
 - A sharded program holds what XLA's SPMD partitioner materialises to reshard (all-gathered
