@@ -1,8 +1,8 @@
 """The memory of a stage's compiled program, as XLA allocates it: arguments, outputs and temporaries.
 
 A stage runs as one or more compiled programs (segments: the stage's ops when no path leaves the
-stage and comes back, else each run of consecutive op ids, as :mod:`planmap.runtime.segments` forms
-them; a training stage is usually one forward and one backward program). For each program XLA's
+stage and comes back, else each run of consecutive op ids, :func:`planmap.segments.stage_programs`,
+the runtime's rule; a training stage is usually one forward and one backward program). For each program XLA's
 ``memory_analysis()`` reports the bytes of its arguments, its outputs and its temporaries (a heap
 simulation over the values it materialises, in schedule order). This module predicts the same three
 terms per segment, on the op-level graph (the coarse nodes the solvers see hide which values are
@@ -21,15 +21,24 @@ materialised), and the stage's footprint is the largest segment (segments run on
   from alive until its own last reader runs. A temporary lives from its op to its last reader (ops
   in id order), and goes into an output buffer it fits and does not overlap in time, or else into
   one heap (:func:`_temp_bytes`); the transposed copies XLA's CPU layout assignment adds for weight
-  gradients are temporaries too (:func:`_layout_copies`).
+  gradients are temporaries too (:func:`_layout_copies`). A reduction runs as a library fusion that
+  takes in the convolutions, dots and elementwise ops only it reads (:func:`_library_fusions`): their
+  values have no buffer (a CNN's pooling swallows the blocks before it).
 
 Per device, each value's bytes are divided by its shards under the stage's layout
 (:func:`value_shards`); :func:`plan_program_bytes` does all of this for every stage of a solution.
 
-What this does not follow (``bench/results/memory.md`` gives the numbers): XLA's scheduler may run
-ops in another order than their ids (a loss's one-hot labels are built first and stay alive), and a
-stage whose runtime layout differs from the plan's (a replicated stage the plan shards) allocates
-what runs, not what the plan says.
+What this does not follow (``bench/results/memory.md`` gives the numbers):
+
+- XLA:CPU's scheduler is breadth-first (an op runs once all its operands are computed, in the order
+  they became ready), not op-id order. In a loss, the labels' one-hot and the gather's indices depend
+  on the labels only and run first, and the gather of the log-probabilities waits for its level, after
+  the logits gradient: five logits-sized buffers overlap where op order has four. Following it needs
+  which operands each result of a call depends on, which the op-level graph does not keep (a call
+  holds no body), so the loss stage of GPT training reads low (0.77).
+- A sharded program holds what XLA's SPMD partitioner materialises to reshard (all-gathered
+  activations and weights, partial sums before a reduce-scatter); the model divides each value by its
+  shards under the stage's layout and adds none of these buffers.
 """
 
 from __future__ import annotations
@@ -40,8 +49,9 @@ import numpy as np
 
 from planmap.frontend.recompute import recomputed_nodes
 from planmap.graph import DimRoles, OpGraph
+from planmap.segments import stage_programs
 
-__all__ = ["KERNEL_OPS", "kernels", "segments_of", "segment_bytes", "stage_program_bytes", "value_shards",
+__all__ = ["KERNEL_OPS", "kernels", "segment_bytes", "stage_program_bytes", "value_shards",
            "plan_program_bytes"]
 
 # Ops XLA runs as kernels of their own (library calls, reductions, data movement with index math):
@@ -73,28 +83,6 @@ def kernels(graph: OpGraph) -> np.ndarray:
         elems = sum(float(np.prod(t.shape)) for t in graph.outputs[i]) if graph.outputs is not None else 0.0
         out[i] = graph.flops[i] > _POINTWISE_FLOPS * max(elems, 1.0)
     return out
-
-
-def segments_of(graph: OpGraph, op_group: np.ndarray, k: int) -> list[np.ndarray]:
-    """Op ids of each program of group ``k``: all its ops when the group is convex (no path leaves it
-    and comes back), else each run of consecutive op ids (the runtime's rule)."""
-    ops = np.flatnonzero(op_group == k)
-    if len(ops) == 0:
-        return []
-    indptr, preds = graph.pred
-    left = np.zeros(graph.num_nodes, bool)  # an op outside k reachable from k
-    convex = True
-    for i in range(int(ops[0]), graph.num_nodes):
-        p = preds[indptr[i]: indptr[i + 1]]
-        if op_group[i] == k:
-            if left[p].any():
-                convex = False
-                break
-        else:
-            left[i] = bool((op_group[p] == k).any() or left[p].any())
-    if convex:
-        return [ops]
-    return np.split(ops, np.flatnonzero(np.diff(ops) != 1) + 1)
 
 
 def _recomputed_closure(graph: OpGraph, own: np.ndarray, cheap: np.ndarray) -> np.ndarray:
@@ -134,14 +122,56 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     leaves[np.asarray(g.results, np.int64)] = True
     leaves &= made_here & ~cheap[np.maximum(prod, 0)]
     kernel = kernels(g)
-    mat = made_here & (kernel[np.maximum(prod, 0)] | leaves)
-    mat[val[into & kernel[dst] & made_here[val]]] = True
+    region = _library_fusions(g, kept, kernel, leaves)
+    inner = (region >= 0) & (region != np.arange(g.num_nodes))  # absorbed into a reduction's library fusion
+    mat = made_here & ((kernel & ~inner)[np.maximum(prod, 0)] | leaves)
+    fused_in = (region[np.maximum(src, 0)] == region[dst]) & (region[dst] >= 0) & (src >= 0)
+    mat[val[into & kernel[dst] & ~inner[dst] & made_here[val] & ~fused_in]] = True
     last = _last_reads(g, kept, mat)
     temps = np.flatnonzero(mat & ~leaves)
-    extra = _layout_copies(g, kept, kernel, nbytes)
+    extra = _layout_copies(g, kept & ~inner, kernel, nbytes)
     temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra)
     return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
             "outputs": float(nbytes[leaves].sum()), "temp": temp}
+
+
+_LIBRARY_OPS = frozenset({"stablehlo.convolution", "stablehlo.dot_general", "stablehlo.dot"})
+
+
+def _library_fusions(g: OpGraph, kept: np.ndarray, kernel: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """(n,) the ``stablehlo.reduce`` whose library fusion each op joins (-1: none; a reduce is its own).
+
+    XLA's CPU compiler hands reductions to a kernel library (YNNPACK) as custom fusions and grows
+    each one up through its producers, later reductions first: an op joins when it is elementwise or
+    a shape op, a convolution or a dot, and every reader of its results is already in the fusion (a
+    value that another op or segment reads stays outside). The library runs the fused graph with its
+    own scratch, which ``memory_analysis()`` does not count, so the values inside have no buffer: a
+    CNN head's pooling reduce swallows the convolutions, ReLUs and residual adds of the blocks before
+    it when nothing else reads them (an inference stage whose last op is the pooling)."""
+    region = np.full(g.num_nodes, -1, np.int64)
+    readers: dict[int, set[int]] = {}
+    for v, d in zip(g.edge_value.tolist(), g.edge_dst.tolist(), strict=True):
+        readers.setdefault(int(v), set()).add(int(d))
+    outs: dict[int, list[int]] = {}
+    for v, n in enumerate(g.value_node.tolist()):
+        if n >= 0:
+            outs.setdefault(int(n), []).append(v)
+    fusable = kept & (~kernel | np.fromiter((k in _LIBRARY_OPS for k in g.kind), bool, g.num_nodes))
+    roots = [int(i) for i in np.flatnonzero(kept) if g.kind[i] == "stablehlo.reduce"]
+    for r in sorted(roots, reverse=True):
+        if region[r] >= 0:
+            continue
+        region[r] = r
+        grown = True
+        while grown:
+            grown = False
+            for p in {int(q) for i in np.flatnonzero(region == r) for q in g.predecessors(int(i))}:
+                vals = outs.get(p, [])
+                if (region[p] < 0 and fusable[p] and vals and not leaves[vals].any()
+                        and all(region[d] == r for v in vals for d in readers.get(v, ()))):
+                    region[p] = r
+                    grown = True
+    return region
 
 
 def _last_reads(g: OpGraph, kept: np.ndarray, mat: np.ndarray) -> np.ndarray:
@@ -268,7 +298,7 @@ def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *,
     ``inputs``, ``outputs``, ``temp``, per device when ``split`` gives each value's shard count."""
     cheap = recomputed_nodes(graph)
     best = {"params": 0.0, "inputs": 0.0, "outputs": 0.0, "temp": 0.0}
-    for ops in segments_of(graph, np.asarray(op_group), k):
+    for ops in stage_programs(graph.pred, np.asarray(op_group), k):
         own = np.zeros(graph.num_nodes, bool)
         own[ops] = True
         own &= ~cheap

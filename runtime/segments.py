@@ -1,10 +1,10 @@
 """Plan stages -> segments: the units the runtime compiles and calls, in a dependency order.
 
-A stage runs as one compiled call when it can: when it is *convex* (no path leaves it and comes
-back) and the stages' quotient graph is acyclic. A training stage that holds a layer's forward and
-backward ops is not: its backward half waits for the later stages' backward. Such a stage is cut
-into its maximal runs of consecutive op ids. Op ids are a topological order, so runs ordered by
-their first op always form a valid execution order — the fallback that makes every plan runnable.
+A stage runs as the programs :func:`planmap.segments.stage_programs` cuts it into (one call when it
+is convex, else its runs of consecutive op ids; the cost model predicts the memory of the same
+programs). Op ids are a topological order, so runs ordered by their first op always form a valid
+execution order — the fallback, when the segments depend on each other both ways, that makes every
+plan runnable.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from planmap.graph import topological_order
 from planmap.plan.build import ranges_to_ids
 from planmap.plan.document import PlanDocument
 from planmap.runtime.ir_graph import ARG, EntryGraph
+from planmap.segments import pred_csr, runs, stage_programs
 
 __all__ = ["Segment", "op_stages", "form_segments"]
 
@@ -54,22 +55,8 @@ def _producers(graph: EntryGraph, op: int) -> set[int]:
     return {o for o, _ in graph.operands[op] if o != ARG}
 
 
-def _convex(graph: EntryGraph, stage: np.ndarray, k: int) -> bool:
-    """No path from stage ``k`` through other stages' ops back into ``k``."""
-    left = np.zeros(graph.n_ops, bool)  # op outside k reachable from k
-    for i in range(graph.n_ops):
-        prods = _producers(graph, i)
-        if stage[i] == k:
-            if any(left[p] for p in prods):
-                return False
-        else:
-            left[i] = any(stage[p] == k or left[p] for p in prods)
-    return True
-
-
 def _runs(ops: np.ndarray) -> list[tuple[int, ...]]:
-    breaks = np.flatnonzero(np.diff(ops) != 1) + 1
-    return [tuple(int(x) for x in part) for part in np.split(ops, breaks)]
+    return [tuple(int(x) for x in part) for part in runs(ops)]
 
 
 def _order(graph: EntryGraph, segments: list[Segment]) -> list[int] | None:
@@ -88,15 +75,9 @@ def _order(graph: EntryGraph, segments: list[Segment]) -> list[int] | None:
 def form_segments(doc: PlanDocument, graph: EntryGraph) -> list[Segment]:
     """The plan's segments in execution order (one per stage where possible)."""
     stage = op_stages(doc, graph.n_ops)
-    segments: list[Segment] = []
-    for k in range(len(doc.stages)):
-        ops = np.flatnonzero(stage == k)
-        if len(ops) == 0:
-            continue
-        if _convex(graph, stage, k):
-            segments.append(Segment(k, tuple(int(i) for i in ops)))
-        else:
-            segments.extend(Segment(k, run) for run in _runs(ops))
+    preds = pred_csr([sorted(_producers(graph, i)) for i in range(graph.n_ops)])
+    segments = [Segment(k, tuple(int(i) for i in ops))
+                for k in range(len(doc.stages)) for ops in stage_programs(preds, stage, k)]
     order = _order(graph, segments)
     if order is None:  # stages depend on each other both ways: fall back to runs of consecutive ops
         segments = [Segment(k, run) for k in range(len(doc.stages)) for run in _runs(np.flatnonzero(stage == k))]
