@@ -9,7 +9,9 @@ marked ``*``), the shipped agent's search (a Q-ranked beam, then a Q-ordered imp
 made: random valid episodes of the same environment) and ``local-search`` (``max_evaluations`` = the same
 number; its starting baselines are computed without counting evaluate calls). Ratios are to the DP. Then:
 
-* ``--finetune S``: fine-tuning for S seconds on the first few problems, ratio before and after;
+* ``--finetune S``: fine-tuning for S seconds on the problems ``--finetune-on`` names (default: the first three
+  with an exact reference and at most 500 nodes), the search's ratio before and after; with ``--finetune-dir D``
+  a fine-tuned checkpoint ``D/<problem>.pt`` is reused when it exists, else written there;
 * ``--ablation N``: the paper's pruning question — a fresh agent trained on a problem with and without
   action masking, episodes, steps and ``evaluate`` calls until an episode's plan is within 5 % of the DP
   (at most N episodes).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -91,6 +94,39 @@ def problems(count: int) -> list[tuple[str, callable]]:
     return items
 
 
+def finetune_table(args, built: list[tuple[str, Problem, float]], exact: set[str]) -> list[str]:
+    """The search's ratio with the shipped checkpoint and after ``args.finetune`` seconds of fine-tuning on the
+    problem itself (the `planmap agent finetune` recipe), on the chosen problems."""
+    names = args.finetune_on.split(",") if args.finetune_on else [
+        n for n, p, _ in built if n in exact and p.num_nodes <= 500][:3]
+    out = ["", f"Fine-tuning {args.finetune:.0f}s per problem (seed 0; ratios to the DP):", "",
+           "| problem | before | after | dqn beam before | dqn beam after | episodes |", "|---|---|---|---|---|---|"]
+    afters = []
+    for name, p, ref in [b for b in built if b[0] in names]:
+        a, meta = checkpoint.load()
+        before = plan_with_agent(a, p, args.evaluations)[0]
+        path = args.finetune_dir / f"{name}.pt" if args.finetune_dir else None
+        if path is not None and path.is_file():
+            a, meta = checkpoint.load(path)
+        else:
+            a.config = replace(a.config, eps_start=0.3, eps_decay=2000)
+            log = train(a, p, seconds=args.finetune)
+            meta = {**meta, "finetuned_on": name, "finetune_episodes": len(log.returns)}
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                checkpoint.save(a, path, meta)
+        after = plan_with_agent(a, p, args.evaluations)[0]
+        afters.append((before.objective / ref, after.objective / ref))
+        out.append(f"| {name} | {fmt(before.objective / ref)} | {fmt(after.objective / ref)} | "
+                   f"{fmt(before.beam_objective / ref)} | {fmt(after.beam_objective / ref)} | "
+                   f"{meta.get('finetune_episodes', '?')} |")
+        print(out[-1], flush=True)
+    if afters:
+        out.append(f"\nMedian before {fmt(statistics.median(b for b, _ in afters))}, after "
+                   f"{fmt(statistics.median(x for _, x in afters))}.")
+    return out
+
+
 def fmt(x: float) -> str:
     return "—" if not math.isfinite(x) else f"{x:.3f}"
 
@@ -100,7 +136,8 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=20)
     ap.add_argument("--evaluations", type=int, default=32)
     ap.add_argument("--finetune", type=float, default=0.0, help="seconds per problem (0: skip)")
-    ap.add_argument("--finetune-problems", type=int, default=4)
+    ap.add_argument("--finetune-on", default="", help="comma-separated problem names")
+    ap.add_argument("--finetune-dir", type=Path, default=None, help="reuse / keep fine-tuned checkpoints here")
     ap.add_argument("--ablation", type=int, default=60, help="episodes at most (0: skip)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -109,31 +146,35 @@ def main() -> None:
     stamp = header()
     print(stamp + "\n", flush=True)
     agent, meta = checkpoint.load()
-    lines = ["| problem | nodes | devices | dp ms | dqn | random | local search | evals | dqn s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    ratios: dict[str, list[float]] = {"dqn": [], "random": [], "local": []}
+    lines = ["| problem | nodes | devices | dp ms | dqn | dqn beam | random | local search | evals | dqn s | cpu s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    ratios: dict[str, list[float]] = {"dqn": [], "dqn beam": [], "random": [], "local": []}
     built: list[tuple[str, Problem, float]] = []
-    times = []
+    times, cpu_times = [], []
     proven_rows: list[bool] = []
+    exact_names: set[str] = set()
     for name, make in problems(args.count):
         p = make()
         ref, proven = exact(p)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res, _ = plan_with_agent(agent, p, args.evaluations)
         obj, evals = res.objective, res.evaluations
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         times.append(wall)
+        cpu_times.append(cpu)
         rnd = random_search(p, evals)
         loc = local_search(p, evals)
-        row = {"dqn": obj / ref, "random": rnd / ref, "local": loc / ref}
+        row = {"dqn": obj / ref, "dqn beam": res.beam_objective / ref, "random": rnd / ref, "local": loc / ref}
         for k, v in row.items():
             if math.isfinite(ref):
                 ratios[k].append(v)
         if math.isfinite(ref):
             proven_rows.append(proven)
         built.append((name, p, ref))
+        exact_names.update({name} if proven and math.isfinite(ref) else set())
         lines.append(f"| {name} | {p.num_nodes} | {p.num_devices} | {ref * 1e3:.4g}{'' if proven else '*'} | "
-                     f"{fmt(row['dqn'])} | {fmt(row['random'])} | {fmt(row['local'])} | {evals} | {wall:.2f} |")
+                     f"{fmt(row['dqn'])} | {fmt(row['dqn beam'])} | {fmt(row['random'])} | {fmt(row['local'])} | "
+                     f"{evals} | {wall:.2f} | {cpu:.2f} |")
         print(lines[-1], flush=True)
     summary = ["", "| planner | median ratio | worst ratio | no plan |", "|---|---|---|---|"]
     for k, v in ratios.items():
@@ -142,25 +183,16 @@ def main() -> None:
                        f"{len(v) - len(fin)} |")
     exact_rows = {k: [x for x, pr in zip(v, proven_rows, strict=True) if pr and math.isfinite(x)]
                   for k, v in ratios.items()}
-    summary.append("\nOn the rows where the DP is exact (no `*`): " + "; ".join(
+    summary.append(f"\nOn the {len(exact_rows['dqn'])} rows where the DP is exact (no `*`): " + "; ".join(
         f"{k} median {fmt(statistics.median(v))}, worst {fmt(max(v))}" for k, v in exact_rows.items() if v) + ".")
     if args.finetune <= 0:
         summary.append("\nFine-tuning: not run in this bench run (`--finetune S` runs it).")
-    summary.append(f"\nDQN inference: median {statistics.median(times):.2f}s, worst {max(times):.2f}s. "
+    summary.append(f"\nDQN inference: wall median {statistics.median(times):.2f}s, worst {max(times):.2f}s; CPU median "
+                   f"{statistics.median(cpu_times):.2f}s, worst {max(cpu_times):.2f}s (load average "
+                   f"{os.getloadavg()[0]:.1f} at the end). "
                    f"Checkpoint: {meta}.")
     print("\n".join(summary), flush=True)
-    tune_lines: list[str] = []
-    if args.finetune > 0:
-        tune_lines = ["", f"Fine-tuning {args.finetune:.0f}s per problem:", "",
-                      "| problem | before | after |", "|---|---|---|"]
-        for name, p, ref in built[: args.finetune_problems]:
-            a, _ = checkpoint.load()
-            before = plan_with_agent(a, p, args.evaluations)[0].objective / ref
-            a.config = replace(a.config, eps_start=0.3, eps_decay=2000)
-            train(a, p, seconds=args.finetune)
-            after = plan_with_agent(a, p, args.evaluations)[0].objective / ref
-            tune_lines.append(f"| {name} | {fmt(before)} | {fmt(after)} |")
-            print(tune_lines[-1], flush=True)
+    tune_lines = finetune_table(args, built, exact_names) if args.finetune > 0 else []
     abl_lines: list[str] = []
     if args.ablation > 0:
         abl_lines = ["", f"Ablation (fresh agent, at most {args.ablation} episodes; first episode within 5 % of "

@@ -46,9 +46,10 @@ class PlanEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, problem: Problem, max_groups: int = 32, mask_actions: bool = True):
+    def __init__(self, problem: Problem, max_groups: int = 32, mask_actions: bool = True,
+                 must_cuts: tuple[int, ...] = ()):
         self.problem = problem
-        self.space = PipelineSpace(problem, max_groups)
+        self.space = PipelineSpace(problem, max_groups, must_cuts)
         self.features = Features(self.space)
         self.mask_actions = mask_actions
         self.observation_space = gym.spaces.Box(-10.0, 10.0, (OBS_DIM,), np.float32)
@@ -63,7 +64,7 @@ class PlanEnv(gym.Env):
     # ------------------------------------------------------------------------------- gym API
     def action_masks(self) -> np.ndarray:
         """Valid actions now (all pipeline actions the space knows of, when masking is off)."""
-        m = self.space.mask(self.state)
+        m = self.space.mask(self.state).copy()
         if not self.mask_actions:
             m = np.zeros(NUM_ACTIONS, bool)
             if self.state.next_group < self.space.num_groups:

@@ -6,21 +6,29 @@ score is the shaping reward so far plus the Q-value of its last action — the a
 episode's return, minus the plan's objective in ideal loads (:mod:`.env`) — capped by what the stages'
 compute already costs (the objective is at least the largest per-replica compute of a stage). The beam
 keeps the ``width`` best partial plans at each step (every valid action of each is a candidate; an SPMD
-baseline at the first step is a complete candidate). The best complete candidates (a quarter of the
-budget) are evaluated, pipelines first (an SPMD baseline can take seconds to lay out), each group best
-first; then each evaluated pipeline, best first, is improved in turn:
+baseline at the first step is a complete candidate). The best complete pipelines (a quarter of the budget)
+are evaluated, best first (:attr:`SearchResult.beam_objective`: the best of them, what the DQN alone finds);
+then each, best first, is improved in turn — in a finer grouping of the same graph (up to ``fine_groups``
+groups, cut wherever the beam's grouping cuts, so the beam's plans carry over unchanged and a cut can land
+between two of the coarse groups):
 
-* a descent without ``evaluate``: cut moves (one group earlier or later) while they lower the stages'
-  compute loads (largest first), then one evaluation of where it ends;
+* a descent without ``evaluate``: cut moves (one group earlier or later) while they lower the stages' loads
+  (largest first; compute per replica plus half the time to move what crosses each of the stage's cuts,
+  from the cost model), then one evaluation of where it ends;
 * the neighbours (cut moves, a stage merged into the previous one, a group split off as a new stage, a
-  stage on another submesh size, a stage on any submesh taking all later groups) — ranked by their
-  compute loads, the best two dozen replayed through the masks (only plans the masks allow are judged)
-  and ranked by the agent's score, evaluated in that order; the first better than the incumbent
+  stage on another submesh size, a stage on any submesh taking all later groups) — the two dozen with the
+  lowest loads replayed through the masks (only plans the masks allow are judged), evaluated in the order of
+  their stages' compute loads, ties by the agent's score; the first better than the incumbent
   (objective, then device loads largest first: a tie-break on the plateaus of a bottleneck objective)
   replaces it.
 
-The search stops when the budget or the time is spent. Everything is deterministic (stable sorts, ties
-broken by the action sequence) except where the time limit cuts the search short, which the result says.
+The SPMD baselines come last: the agent has no trained Q-values for them (pre-training graphs carry no
+dimension maps) and laying one out takes seconds on a large model, so each beam-ranked baseline whose
+predicted time (from the model's size) fits in half of ``seconds`` keeps an evaluation and its time for the
+end. The improvement pass runs in the beam's grouping first (at most 3/4 of the pipelines' evaluations),
+then in the finer one. The search stops when the budget or the time is spent. Everything is deterministic
+(stable sorts, ties broken by the action sequence) except where the time limit cuts the search short, which
+the result says.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import numpy as np
 from planmap.problem import Solution
 
 from .env import PlanEnv
-from .space import CONTINUE, CPU, SIZES, Partial
+from .space import BASELINE_ACTIONS, CONTINUE, CPU, SIZES, Partial
 
 __all__ = ["SearchResult", "search"]
 
@@ -51,6 +59,7 @@ class SearchResult:
     timed_out: bool = False
     seconds: float = 0.0
     history: list[float] = field(default_factory=list)  # best objective after each evaluate call
+    beam_objective: float = math.inf  # the best of the beam's plans, before the improvement pass
 
 
 def _open_load(env: PlanEnv, s: Partial) -> float:
@@ -97,7 +106,7 @@ def _loads(env: PlanEnv, s: Partial) -> tuple[float, ...]:
     """Per-replica compute of every stage of a complete plan, largest first (a tie-break on the plateaus of
     a bottleneck objective: of two plans with the same largest load, the one with fewer stages near it)."""
     bounds = [*s.starts, env.space.num_groups]
-    loads = [sum(float(env.space.compute[t, list(d)].max()) for t in range(a, b)) / len(d)
+    loads = [float(env.space.slowest(d)[a:b].sum()) / len(d)
              for a, b, d in zip(bounds[:-1], bounds[1:], s.devices, strict=True)]
     return tuple(sorted(loads, reverse=True))
 
@@ -180,18 +189,21 @@ def _neighbours(acts: Actions, shifts_only: bool = False) -> list[Actions]:
 
 
 class _Loads:
-    """The stages' compute loads of a complete pipeline sequence from prefix sums (one action per group: a
-    cut at group ``i`` starts a stage there), without replaying it through the masks: cheap enough to rank
-    every neighbour and to descend on."""
+    """The stages' loads of a complete pipeline sequence — compute per replica from prefix sums, plus half the
+    time to move what crosses each of its two cuts, per replica (one action per group: a cut at group ``i``
+    starts a stage there) — without replaying it through the masks: cheap enough to rank every neighbour and
+    to descend on."""
 
     def __init__(self, env: PlanEnv):
         self.space = env.space
         self.cum: dict[tuple[int, ...], np.ndarray] = {}
+        ideal = env.features.ideal  # transfers across each group boundary, seconds (one end pays about half)
+        self.cut = 0.5 * ideal * np.append(env.features.cut, 0.0)
+        self.cut_cpu = 0.5 * ideal * np.append(env.features.cut_cpu, 0.0)
 
     def _prefix(self, devs: tuple[int, ...]) -> np.ndarray:
         if devs not in self.cum:
-            per_group = self.space.compute[:, list(devs)].max(axis=1) / len(devs)
-            self.cum[devs] = np.concatenate([[0.0], np.cumsum(per_group)])
+            self.cum[devs] = np.concatenate([[0.0], np.cumsum(self.space.slowest(devs) / len(devs))])
         return self.cum[devs]
 
     def __call__(self, acts: Actions) -> tuple[float, ...] | None:
@@ -199,11 +211,10 @@ class _Loads:
         sp = self.space
         ptr = cpus = 0
         stages: list[tuple[int, tuple[int, ...]]] = []
-        for i, a in enumerate(acts):
-            if a == CONTINUE:
-                if not stages:
-                    return None
-                continue
+        if not acts or acts[0] == CONTINUE:
+            return None
+        for i in [i for i, a in enumerate(acts) if a != CONTINUE]:
+            a = acts[i]
             if a == CPU:
                 if cpus >= len(sp.cpus):
                     return None
@@ -217,7 +228,11 @@ class _Loads:
                 ptr += len(devs)
             stages.append((i, devs))
         ends = [i for i, _ in stages[1:]] + [len(acts)]
-        loads = [float(self._prefix(d)[e] - self._prefix(d)[i]) for (i, d), e in zip(stages, ends, strict=True)]
+        loads = []
+        for (i, d), e in zip(stages, ends, strict=True):
+            cut = self.cut_cpu if d[0] in sp.cpus else self.cut
+            comm = (cut[i - 1] if i else 0.0) + (cut[e - 1] if e < len(acts) else 0.0)
+            loads.append(float(self._prefix(d)[e] - self._prefix(d)[i]) + comm / len(d))
         return tuple(sorted(loads, reverse=True))
 
 
@@ -244,51 +259,125 @@ def _descend(replayer: _Replayer, loads: _Loads, acts: Actions, steps: int) -> A
 
 
 def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds: float = 10.0,
-           descent: int = 64) -> SearchResult:
+           descent: int = 64, fine_groups: int = 128) -> SearchResult:
     """Beam, then improvement, within ``evaluations`` evaluate calls and ``seconds`` (see the module doc)."""
     t0 = time.perf_counter()
     res = SearchResult()
     seen: dict[Actions, tuple[float, tuple]] = {}
+    limits = [evaluations, seconds]  # of the current phase: evaluate calls and seconds since t0
+    ranked = _beam(agent, env, width)
+    res.candidates = len(ranked)
+    fine = _finer(env, fine_groups)
 
     def judge(acts: Actions) -> tuple[float, tuple]:
         if acts in seen:
             return seen[acts]
-        if res.evaluations >= evaluations or (res.evaluations and time.perf_counter() - t0 > seconds):
-            res.timed_out = res.evaluations < evaluations
+        if res.evaluations >= limits[0] or (res.evaluations and time.perf_counter() - t0 > limits[1]):
+            res.timed_out = res.evaluations < limits[0]
             raise StopIteration
-        before = env.evaluations
-        env.reset()
+        before = fine.evaluations
+        fine.reset()
         info: dict = {}
         for a in acts:
-            _, _, done, _, info = env.step(a)
+            _, _, done, _, info = fine.step(a)
             if done:
                 break
-        res.evaluations += env.evaluations - before
+        res.evaluations += fine.evaluations - before
         obj = float(info.get("objective", math.inf))
-        seen[acts] = key = _key(env.evaluation) if math.isfinite(obj) else (math.inf, ())
+        seen[acts] = key = _key(fine.evaluation) if math.isfinite(obj) else (math.inf, ())
         if obj < res.objective:
-            res.objective, res.actions, res.plan = obj, acts, env.plan
+            res.objective, res.actions, res.plan = obj, acts, fine.plan
         res.history.append(res.objective)
         return key
 
+    refine = _refiner(env, fine)
+    coarse_seen: dict[Actions, tuple[float, tuple]] = {}
+
+    def judge_coarse(acts: Actions) -> tuple[float, tuple]:
+        if acts not in coarse_seen:
+            coarse_seen[acts] = judge(refine(acts))
+        return coarse_seen[acts]
+
+    baselines = _affordable([a for _, a in ranked if a[-1] > CPU], env, seconds / 2)
+    # the pipelines first, leaving the baselines their evaluations and their predicted time; the improvement
+    # pass in the beam's grouping (at most 3/4 of the pipelines' evaluations), then in the finer one
+    budget, limits[1] = evaluations - len(baselines), seconds - sum(c for _, c in baselines)
+    levels = [(env, judge_coarse, coarse_seen)] + ([(fine, judge, seen)] if fine is not env else [])
     try:
-        ranked = _beam(agent, env, width)
-        res.candidates = len(ranked)
-        top = ranked[: max(1, evaluations // 4)]
-        for acts in [a for _, a in top if a[-1] <= CPU] + [a for _, a in top if a[-1] > CPU]:
-            judge(acts)  # pipelines first: an SPMD baseline can take seconds to lay out and judge
-        starts = sorted((key, acts) for acts, key in seen.items() if acts[-1] <= CPU and math.isfinite(key[0]))
-        replayer, loads = _Replayer(agent, env), _Loads(env)
-        for incumbent, current in starts:
-            _improve(judge, replayer, loads, seen, incumbent, current, descent)
+        limits[0] = budget
+        for _, acts in [c for c in ranked if c[1][-1] <= CPU][: max(1, evaluations // 4)]:
+            judge_coarse(acts)
+    except StopIteration:
+        pass
+    res.beam_objective = res.objective
+    for k, (level, level_judge, level_seen) in enumerate(levels):
+        limits[0] = budget if k == len(levels) - 1 else (3 * budget) // 4
+        starts = sorted((key, acts) for acts, key in level_seen.items() if math.isfinite(key[0]))
+        replayer, loads = _Replayer(agent, level), _Loads(level)
+        try:
+            for incumbent, current in starts:
+                _improve(level_judge, replayer, loads, level_seen, incumbent, current, descent)
+        except StopIteration:
+            pass
+    try:
+        limits[:] = [evaluations, seconds]
+        for acts, _ in baselines:
+            judge(acts)
     except StopIteration:
         pass
     res.seconds = time.perf_counter() - t0
     return res
 
 
+def _finer(env: PlanEnv, fine_groups: int) -> PlanEnv:
+    """The environment the improvement pass works in: up to ``fine_groups`` groups, cut wherever ``env`` cuts
+    (so every plan of the beam is a plan here), or ``env`` itself when it is as fine already."""
+    if fine_groups <= env.space.num_groups:
+        return env
+    fine = PlanEnv(env.problem, fine_groups, env.mask_actions, env.space.cut_positions)
+    return fine if fine.space.num_groups > env.space.num_groups else env
+
+
+def _refiner(coarse: PlanEnv, fine: PlanEnv):
+    """Maps an action sequence of ``coarse`` to the same plan in ``fine`` (a cut starts the fine group where the
+    coarse group starts; the fine groups inside a coarse one continue)."""
+    if fine is coarse:
+        return lambda acts: acts
+    index = {pos: i for i, pos in enumerate(fine.space.group_start)}
+    first = [index[pos] for pos in coarse.space.group_start]
+
+    def refine(acts: Actions) -> Actions:
+        if acts[-1] > CPU:
+            return acts
+        out = [CONTINUE] * fine.space.num_groups
+        for k, a in enumerate(acts):
+            out[first[k]] = a
+        return tuple(out)
+
+    return refine
+
+
+# Seconds per operation of the original graph to lay out and judge an SPMD baseline on 2 shared cores (measured on
+# the GPT and CNN example specs: 5-9 ms for data parallel, 4-6 ms for FSDP, 25-29 ms for Megatron)
+SPMD_SECONDS_PER_OP = {"data-parallel": 0.01, "fsdp": 0.007, "megatron": 0.035}
+
+
+def _affordable(candidates: list[Actions], env: PlanEnv, seconds: float) -> list[tuple[Actions, float]]:
+    """The SPMD baselines to judge, in the beam's order, while their predicted time fits in ``seconds``: the agent
+    has no trained Q-values for them (pre-training graphs carry no dim maps), and laying one out takes seconds on
+    a large model, so they get a time share decided before the search (deterministically, from the model's size)."""
+    ops = env.problem.original.num_nodes
+    out, used = [], 0.0
+    for acts in candidates:
+        cost = ops * SPMD_SECONDS_PER_OP[BASELINE_ACTIONS[acts[-1] - 1 - CPU]]
+        if used + cost <= seconds:
+            out.append((acts, cost))
+            used += cost
+    return out
+
+
 def _improve(judge, replayer: _Replayer, loads: _Loads, seen: dict, incumbent: tuple, current: Actions,
-             descent: int, shortlist: int = 24) -> None:
+             descent: int, shortlist: int = 8) -> None:
     """Hill-climb from ``current`` (see the module doc) until no neighbour on the shortlist is better."""
     while current:
         down = _descend(replayer, loads, current, descent)
@@ -298,7 +387,7 @@ def _improve(judge, replayer: _Replayer, loads: _Loads, seen: dict, incumbent: t
         cheap = sorted((sc, nb) for nb in _neighbours(current) if nb not in seen and (sc := loads(nb)) is not None)
         replayer.set_base(current)
         scored = [(est, nb) for _, nb in cheap[:shortlist] if (est := replayer.score(nb)) is not None]
-        scored.sort(key=lambda c: (-c[0][0], c[0][1], c[1]))
+        scored.sort(key=lambda c: (c[0][1], -c[0][0], c[1]))  # the loads, then the agent's score
         current = ()
         for _, nb in scored:
             if _better(key := judge(nb), incumbent):

@@ -29,22 +29,22 @@ from .search import SearchResult, search
 
 __all__ = ["DQN", "plan_with_agent"]
 
-VERSION = "2"
+VERSION = "3"
 
 
 def plan_with_agent(agent, problem: Problem, evaluations: int = 32, max_groups: int = 32, seconds: float = 10.0,
-                    width: int = 32) -> tuple[SearchResult, PlanEnv]:
+                    width: int = 32, fine_groups: int = 128) -> tuple[SearchResult, PlanEnv]:
     """The agent's search (:func:`.search.search`) on ``problem``: at most ``evaluations`` evaluate calls and
     ``seconds``; the result holds the best plan (``plan``: None when nothing fits)."""
     env = PlanEnv(problem, max_groups)
-    return search(agent, env, evaluations=evaluations, width=width, seconds=seconds), env
+    return search(agent, env, evaluations=evaluations, width=width, seconds=seconds, fine_groups=fine_groups), env
 
 
 class DQN:
     """A pre-trained Double-DQN agent (see the module doc). Options (``passthrough``): ``checkpoint`` (path),
     ``evaluations`` (default 32), ``seconds`` (search time, default 10), ``width`` (beam, default 32),
     ``finetune`` (seconds, default 0), ``exact`` (run ``dp`` for the gap, default false), ``max_groups``
-    (default 32)."""
+    (default 32), ``fine_groups`` (the improvement pass's grouping, default 128)."""
 
     name = "dqn"
     objectives = frozenset({ObjectiveKind.THROUGHPUT})
@@ -67,7 +67,7 @@ class DQN:
             evals += log.evaluations
         budget, width = int(pt.get("evaluations", 32)), int(pt.get("width", 32))
         seconds = max(0.0, min(float(pt.get("seconds", 10.0)), limit - (time.perf_counter() - t0)))
-        res, _env = plan_with_agent(agent, problem, budget, groups, seconds, width)
+        res, _env = plan_with_agent(agent, problem, budget, groups, seconds, width, int(pt.get("fine_groups", 128)))
         evals += res.evaluations
         sol = res.plan
         if sol is None:

@@ -67,10 +67,11 @@ class Partial:
                        set(self.params), self.fixed, self.stash, self.ws, self.compute)
 
 
-def _groups(problem: Problem, max_groups: int) -> tuple[np.ndarray, np.ndarray]:
+def _groups(problem: Problem, max_groups: int, must: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
     """Forward node ids in order and the group id of each forward position: cuts at layer changes, topped up
     with cuts at about equal compute inside layers while there are fewer than ``max_groups``
-    (never inside a colocation class)."""
+    (never inside a colocation class), and at the positions ``must`` (the cuts of a coarser grouping, so that
+    every plan of the coarser space is a plan of this one)."""
     g = problem.graph
     fwd = np.flatnonzero(~g.backward) if g.backward.any() else np.arange(g.num_nodes)
     n = len(fwd)
@@ -99,6 +100,7 @@ def _groups(problem: Problem, max_groups: int) -> tuple[np.ndarray, np.ndarray]:
         targets = cum[-1] * np.arange(1, budget + 1) / (budget + 1)
         picks = cand[np.clip(np.searchsorted(cum[cand], targets), 0, len(cand) - 1)]
         cuts = sorted(set(cuts) | set(picks.tolist()))
+    cuts = sorted(set(cuts) | {int(c) for c in must if ok[c]})
     gid = np.zeros(n, np.int64)
     for c in cuts:
         gid[c:] += 1
@@ -108,11 +110,13 @@ def _groups(problem: Problem, max_groups: int) -> tuple[np.ndarray, np.ndarray]:
 class PipelineSpace:
     """Groups, device order and per-group costs of one problem; masks and plans from decisions."""
 
-    def __init__(self, problem: Problem, max_groups: int = 32):
+    def __init__(self, problem: Problem, max_groups: int = 32, must_cuts: tuple[int, ...] = ()):
         self.problem = problem
         g, cost, topo = problem.graph, problem.cost, problem.topology
-        fwd, gid = _groups(problem, max_groups)
+        fwd, gid = _groups(problem, max_groups, must_cuts)
         self.num_groups = int(gid.max()) + 1 if len(gid) else 0
+        self.cut_positions = tuple(int(c) for c in np.flatnonzero(np.diff(gid)) + 1)
+        self.group_start = (0, *self.cut_positions) if len(gid) else ()  # forward positions where groups start
         group_of = np.full(g.num_nodes, -1, np.int64)
         group_of[fwd] = gid
         cls = g.colocation
@@ -154,6 +158,16 @@ class PipelineSpace:
         self.ws = np.array([cost.working_set[m].max() if len(m) else 0 for m in self.members], float)
         self.capacity = np.asarray(problem.capacity, float)  # per device id
         self.ok = self._completable()
+        self._masks: dict[tuple, np.ndarray] = {}
+        self._blocks: dict[tuple[int, int], tuple[int, ...] | None] = {}
+        self._slowest: dict[tuple[int, ...], np.ndarray] = {}
+
+    def slowest(self, devs: tuple[int, ...]) -> np.ndarray:
+        """Per group: its compute on the slowest of ``devs`` (a stage's replicas wait for the slowest)."""
+        got = self._slowest.get(devs)
+        if got is None:
+            got = self._slowest[devs] = self.compute[:, list(devs)].max(axis=1)
+        return got
 
     # ----------------------------------------------------------------------------- memory
     def in_flight_max(self, position: int, devices_after: int, groups_after: int) -> int:
@@ -218,7 +232,13 @@ class PipelineSpace:
 
     def block(self, pointer: int, k: int) -> tuple[int, ...] | None:
         """The ``k`` accelerators from ``pointer`` in canonical order, when they form a submesh: one type,
-        within a host (k a power of two) or whole hosts from a host's first device."""
+        within a host (k a power of two) or whole hosts from a host's first device (memoised)."""
+        key = (pointer, k)
+        if key not in self._blocks:
+            self._blocks[key] = self._block(pointer, k)
+        return self._blocks[key]
+
+    def _block(self, pointer: int, k: int) -> tuple[int, ...] | None:
         order = self.order
         if pointer + k > len(order):
             return None
@@ -242,7 +262,18 @@ class PipelineSpace:
         return bool(self.allowed[t, list(devs)].all()) and all(mem <= self.capacity[d] * (1 - 1e-12) for d in devs)
 
     def mask(self, s: Partial) -> np.ndarray:
-        """Valid actions for deciding group ``s.next_group``."""
+        """Valid actions for deciding group ``s.next_group`` (read-only; memoised: the mask depends only on the
+        group, where the open stage starts and on which devices, the stages so far and the devices used, and
+        the beam and the improvement pass ask for the same states many times)."""
+        key = (s.next_group, s.starts[-1] if s.starts else -1, s.devices[-1] if s.devices else (), s.num_stages,
+               s.pointer, s.cpus)
+        got = self._masks.get(key)
+        if got is None:
+            got = self._masks[key] = self._mask(s)
+            got.setflags(write=False)
+        return got
+
+    def _mask(self, s: Partial) -> np.ndarray:
         p = self.problem
         out = np.zeros(NUM_ACTIONS, bool)
         t = s.next_group
@@ -336,7 +367,7 @@ class PipelineSpace:
         s.fixed += self.state[t]
         s.stash += self.stash[t]
         s.ws = max(s.ws, self.ws[t])
-        s.compute += float(self.compute[t, list(s.devices[-1])].max())
+        s.compute += float(self.slowest(s.devices[-1])[t])
         s.next_group += 1
         if s.next_group == self.num_groups:
             closed = s.compute / len(s.devices[-1])

@@ -195,3 +195,32 @@ def test_checkpoint_is_a_plan_input_so_a_changed_checkpoint_makes_the_plan_stale
     checkpoint.save(Agent(seed=1), ck)  # another network: the plan no longer says what this checkpoint gives
     r = CliRunner().invoke(app, ["check", str(path)])
     assert r.exit_code == 2 and "checkpoint" in r.output, r.output
+
+
+def test_finer_grouping_holds_every_plan_of_the_beam():
+    """The improvement pass works in a finer grouping cut wherever the beam's grouping cuts: a coarse action
+    sequence maps to the same plan (same assignment, same devices), and the fine masks allow it."""
+    from planmap.solvers.dqn.search import _finer, _refiner
+
+    p = _paper(True)
+    coarse = PlanEnv(p, 8)
+    fine = _finer(coarse, 64)
+    assert fine.space.num_groups > coarse.space.num_groups
+    assert set(coarse.space.cut_positions) <= set(fine.space.cut_positions)
+    refine = _refiner(coarse, fine)
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        coarse.reset()
+        acts, done, info = [], False, {}
+        while not done:
+            a = int(rng.choice(np.flatnonzero(coarse.action_masks())))
+            acts.append(a)
+            _, _, done, _, info = coarse.step(a)
+        if "objective" not in info or acts[-1] > 8:
+            continue
+        fine.reset()
+        for a in refine(tuple(acts)):
+            assert fine.action_masks()[a]
+            _, _, done, _, finfo = fine.step(a)
+        assert finfo["objective"] == info["objective"]
+        assert fine.plan.assignment.tolist() == coarse.plan.assignment.tolist()
