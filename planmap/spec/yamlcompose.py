@@ -10,8 +10,9 @@ Only for a parser that has already been fed the text (libyaml's ``CParser``) and
 without a ``%YAML`` directive (the default YAML version's implicit resolvers). Errors are raised
 as ruamel's (:class:`~ruamel.yaml.composer.ComposerError`); :func:`planmap.spec.yamlpos.compose_yaml`
 re-reads a failing text with ruamel's pure parser and composer for its messages, so this fast path
-decides only what a valid document composes to. Nesting recurses one Python frame per level, so a
-deeply nested file still ends in ``RecursionError`` (libyaml's C composer would crash the process).
+decides only what a valid document composes to. A document nested deeper than :data:`MAX_NESTING`
+levels raises ``RecursionError`` here, so that the pure composer decides it as before (it ends in
+``RecursionError`` itself somewhere past 300 levels; libyaml's C composer would crash the process).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from ruamel.yaml.events import (
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.tag import Tag
 
-__all__ = ["compose_events"]
+__all__ = ["compose_events", "MAX_NESTING"]
+
+MAX_NESTING = 100  # deeper documents are left to ruamel's composer (specs and plans nest < 10 levels)
 
 
 class _Composer:
@@ -62,7 +65,7 @@ class _Composer:
                 return Tag(suffix=found)
         return self.default_scalar
 
-    def node(self, event: Any) -> Node:
+    def node(self, event: Any, depth: int = 0) -> Node:
         kind = type(event)
         if kind is AliasEvent:
             if event.anchor not in self.anchors:
@@ -83,6 +86,9 @@ class _Composer:
                 self.anchors[anchor] = node
             return node
         get = self.get
+        if depth >= MAX_NESTING:
+            raise RecursionError(f"the document nests deeper than {MAX_NESTING} levels")
+        depth += 1
         if kind is SequenceStartEvent:
             node = SequenceNode(self.default_sequence if untagged else tag, [], event.start_mark, None,
                                 flow_style=event.flow_style, anchor=anchor)
@@ -91,7 +97,7 @@ class _Composer:
             items = node.value
             item = get()
             while type(item) is not SequenceEndEvent:
-                items.append(self.node(item))
+                items.append(self.node(item, depth))
                 item = get()
         else:  # a MappingStartEvent: the parser emits no other event here
             node = MappingNode(self.default_mapping if untagged else tag, [], event.start_mark, None,
@@ -101,8 +107,8 @@ class _Composer:
             pairs = node.value
             item = get()
             while type(item) is not MappingEndEvent:
-                key = self.node(item)
-                pairs.append((key, self.node(get())))
+                key = self.node(item, depth)
+                pairs.append((key, self.node(get(), depth)))
                 item = get()
         node.end_mark = item.end_mark
         return node
