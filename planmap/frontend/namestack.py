@@ -33,7 +33,9 @@ _WRAPPERS = frozenset({"jvp", "transpose", "vmap", "remat", "checkpoint", "jit",
                        "xmap", "named_call", "core_call", "closed_call", "cond", "while", "scan"})
 _WRAP_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$", re.S)
 _INDEXED_RE = re.compile(r"^(.*?[A-Za-z_.\-])(\d+)$")
-_STEM_RE = re.compile(r"\d+$")
+# the trailing digits of a scope key; the look-behind starts a match only where a digit run starts, so a
+# long digit run that is not at the end costs linear time, not quadratic (r"\d+$" retried at every digit)
+_STEM_RE = re.compile(r"(?<!\d)\d+$")
 _TF_NUMBERED_RE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)(?:_(\d+))?$")
 
 
