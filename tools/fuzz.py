@@ -2,7 +2,8 @@
 
 Round-robin over the input kinds of :mod:`tests.reliability.fuzzing` (spec, cluster, plan, op-graph
 JSON, artifact text), each input from a seeded generator (its seed is printed with any failure, so
-it can be replayed), run in-process through the CLI under a 10 s alarm. ``--jobs`` worker processes
+it can be replayed), run in-process through the CLI under a limit of 10 s CPU time per call (and 60 s
+wall time, for a call blocked without computing; see :mod:`tests.reliability.fuzzing`). ``--jobs`` worker processes
 (default: the CPU count) share the seeds (worker ``w`` takes round ``i`` when ``i % jobs == w``), each
 in its own directory. Stops after ``--duration`` seconds or once every kind has ``--per-kind`` inputs.
 Prints per kind the number of inputs, tracebacks and hangs; exits 1 when there was any traceback or hang.
@@ -28,12 +29,14 @@ sys.path.insert(0, str(ROOT))
 from tests.reliability.fuzzing import KINDS, fuzz_one  # noqa: E402
 
 
-def worker(args: tuple[int, int, int, float, int]) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """Fuzz rounds ``w, w + jobs, …`` (one input of each kind per round) until ``end`` or ``per_kind``."""
+def worker(args: tuple[int, int, int, float, int]) -> tuple[dict[str, dict[str, int]], list[str], float]:
+    """Fuzz rounds ``w, w + jobs, …`` (one input of each kind per round) until ``end`` or ``per_kind``;
+    the counts, the failures and the CPU seconds the worker spent."""
     w, jobs, seed0, end, per_kind = args
     warnings.simplefilter("ignore")
     counts = {k: {"inputs": 0, "tracebacks": 0, "hangs": 0} for k in KINDS}
     failures: list[str] = []
+    cpu0 = time.process_time()
     with tempfile.TemporaryDirectory() as tmp:
         i = w
         while time.time() < end and i < per_kind:
@@ -45,7 +48,7 @@ def worker(args: tuple[int, int, int, float, int]) -> tuple[dict[str, dict[str, 
                     counts[kind]["tracebacks" if outcome.status == "traceback" else "hangs"] += 1
                     failures.append(f"{kind} seed {seed}: {outcome.status} on {outcome.argv}: {outcome.detail}")
             i += jobs
-    return counts, failures
+    return counts, failures, time.process_time() - cpu0
 
 
 def main() -> int:
@@ -65,14 +68,16 @@ def main() -> int:
             results = pool.map(worker, tasks)
     counts = {k: {"inputs": 0, "tracebacks": 0, "hangs": 0} for k in KINDS}
     failures: list[str] = []
-    for c, f in results:
+    cpu = sum(r[2] for r in results)
+    for c, f, _ in results:
         failures += f
         for kind in KINDS:
             for key in counts[kind]:
                 counts[kind][key] += c[kind][key]
     for line in failures[:50]:
         print(line)
-    print(f"{'kind':<10} {'inputs':>8} {'tracebacks':>11} {'hangs':>6}   ({time.time() - t0:.0f} s, {args.jobs} jobs)")
+    print(f"{'kind':<10} {'inputs':>8} {'tracebacks':>11} {'hangs':>6}   ({time.time() - t0:.0f} s, {args.jobs} jobs, "
+          f"{cpu:.0f} CPU s: {sum(c['inputs'] for c in counts.values()) / max(cpu, 1e-9):.1f} inputs per CPU s)")
     for kind, c in counts.items():
         print(f"{kind:<10} {c['inputs']:>8,} {c['tracebacks']:>11} {c['hangs']:>6}")
     return 1 if failures else 0

@@ -125,28 +125,33 @@ def _coarsen_into(graph: OpGraph, todo: list[str], out: dict[str, OpGraph]) -> N
         out[level] = _build(graph, part, labels, scope, direction, layer_of_group, report)
 
 
-def _compatible(a: int, b: int, scope: dict, direction: dict) -> bool:
-    sa, sb = scope[a], scope[b]
-    da, db = direction[a], direction[b]
-    return (sa < 0 or sb < 0 or sa == sb) and (da is None or db is None or da == db)
-
-
 def _fuse(part: Partition, cheap: dict, scope: dict, direction: dict) -> None:
-    """Merge cheap groups into neighbours until nothing changes (each merge is DAG-safe)."""
+    """Merge cheap groups into neighbours until nothing changes (each merge is DAG-safe).
+
+    A group merges only into a compatible one: the same scope and direction, or either unknown (-1,
+    None). The hot loop of coarsening (a merge per op on a long elementwise chain), so the test is
+    inline and the partition's methods are bound once."""
+    members, absorb_targets, merge = part.members, part.absorb_targets, part.absorb
     changed = True
     while changed:
         changed = False
         for g in part.groups:
-            if g not in part.members or not cheap[g]:
+            if g not in members or not cheap[g]:
                 continue
-            target = next((t for t in part.absorb_targets(g) if _compatible(g, t, scope, direction)), None)
+            sg, dg = scope[g], direction[g]
+            target = None
+            for t in absorb_targets(g):
+                st, dt = scope[t], direction[t]
+                if (sg < 0 or st < 0 or sg == st) and (dg is None or dt is None or dg == dt):
+                    target = t
+                    break
             if target is None:
                 continue
-            part.absorb(g, target)
+            merge(g, target)
             if scope[target] < 0:
-                scope[target] = scope[g]
+                scope[target] = sg
             if direction[target] is None:
-                direction[target] = direction[g]
+                direction[target] = dg
             cheap[target] = cheap[target] and cheap[g]
             changed = True
 

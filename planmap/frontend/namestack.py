@@ -33,7 +33,9 @@ _WRAPPERS = frozenset({"jvp", "transpose", "vmap", "remat", "checkpoint", "jit",
                        "xmap", "named_call", "core_call", "closed_call", "cond", "while", "scan"})
 _WRAP_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$", re.S)
 _INDEXED_RE = re.compile(r"^(.*?[A-Za-z_.\-])(\d+)$")
-_STEM_RE = re.compile(r"\d+$")
+# the trailing digits of a scope key; the look-behind starts a match only where a digit run starts, so a
+# long digit run that is not at the end costs linear time, not quadratic (r"\d+$" retried at every digit)
+_STEM_RE = re.compile(r"(?<!\d)\d+$")
 _TF_NUMBERED_RE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)(?:_(\d+))?$")
 
 
@@ -122,35 +124,28 @@ def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
     names = _tf_numbered_layers(names) or names
     cache: dict[str, StackInfo] = {}
     whole: dict[str, StackInfo] = {}
+    seen: dict[str, StackInfo] = {}  # per distinct name: ops of one scope and primitive share a name
     infos = []
     for nm in names:
-        cut = nm.rfind("/")
-        last = nm[cut + 1:]
-        if cut < 0 or ("(" in last and last.count("(") != last.count(")")):
-            # no scopes, or a '/' inside parentheses: parse it whole (text without locations: all alike)
-            info = whole.get(nm)
-            if info is None:
-                info = whole[nm] = parse_stack(nm)
+        info = seen.get(nm)
+        if info is not None:
             infos.append(info)
             continue
-        prefix = nm[:cut]
-        info = cache.get(prefix)
-        if info is None:
-            info = cache[prefix] = parse_stack(prefix + "/_")
-        if "transpose(" in nm and not info.backward:
-            info = StackInfo(info.group, info.is_layer, True)
+        seen[nm] = info = _stack_info(nm, cache, whole)
         infos.append(info)
     group_ids: dict[str, int] = {}
     is_layer: list[bool] = []
-    group = np.full(len(infos), -1, np.int32)
     backward = np.fromiter((info.backward for info in infos), bool, len(infos))
-    for i, info in enumerate(infos):
+    group_list = []
+    for info in infos:
+        g = -1
         if info.group:
-            g = group_ids.get(info.group)
-            if g is None:
+            g = group_ids.get(info.group, -1)
+            if g < 0:
                 g = group_ids[info.group] = len(group_ids)
                 is_layer.append(info.is_layer)
-            group[i] = g
+        group_list.append(g)
+    group = np.array(group_list, np.int32)
     group_names = tuple(group_ids)
     # a layer needs a sibling: the same stem with another index (layer3 and layer4, h/0 and h/1)
     stems: dict[str, int] = {}
@@ -168,6 +163,25 @@ def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
     if len(group_names):
         layer = np.where(group >= 0, layer_of_group[np.maximum(group, 0)], -1).astype(np.int32)
     return Labels(group, group_names, layer, tuple(layer_names), backward)
+
+
+def _stack_info(nm: str, cache: dict[str, StackInfo], whole: dict[str, StackInfo]) -> StackInfo:
+    """:func:`parse_stack` of one op name, cached per scope path (``cache``) or per whole name (``whole``)."""
+    cut = nm.rfind("/")
+    last = nm[cut + 1:]
+    if cut < 0 or ("(" in last and last.count("(") != last.count(")")):
+        # no scopes, or a '/' inside parentheses: parse it whole (text without locations: all alike)
+        info = whole.get(nm)
+        if info is None:
+            info = whole[nm] = parse_stack(nm)
+        return info
+    prefix = nm[:cut]
+    info = cache.get(prefix)
+    if info is None:
+        info = cache[prefix] = parse_stack(prefix + "/_")
+    if "transpose(" in nm and not info.backward:
+        info = StackInfo(info.group, info.is_layer, True)
+    return info
 
 
 def _tf_numbered_layers(names) -> list[str] | None:

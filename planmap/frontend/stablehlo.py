@@ -68,10 +68,15 @@ def _quoted_name(loc: Any) -> str:
     try:
         name = loc.filename
     except AttributeError:
-        pass
-    else:
-        if name.isascii() and name.isprintable() and '"' not in name and "\\" not in name:
-            return name
+        m = _QUOTED.search(str(loc))
+        return m.group(1) if m else ""
+    return _file_name(loc, name)
+
+
+def _file_name(loc: Any, name: str) -> str:
+    """The name of a file location ``loc`` whose filename is ``name``, as :func:`_quoted_name` reads it."""
+    if name.isascii() and name.isprintable() and '"' not in name and "\\" not in name:
+        return name
     m = _QUOTED.search(str(loc))
     return m.group(1) if m else ""
 
@@ -411,7 +416,14 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
     category_of = _CATEGORY.get
     tcache: dict[Any, TypeInfo] = {}
     nv = len(args)
-    for n, (op, kind) in enumerate(entry_ops(block)):
+    named_locs = True  # whether the last location was a NameLoc: try its reader first (a miss raises)
+    n = -1
+    for opv in block.operations:  # entry_ops inlined: the generator costs ~1 µs per op
+        op = opv.operation
+        kind = op.name
+        if kind in _TERMINATORS:
+            continue
+        n += 1
         ids = tuple(map(vid.__getitem__, op.operands))
         edge_v += ids
         operands.append(ids)
@@ -431,10 +443,20 @@ def _walk_entry(block: Any, types: TypeTable, coster: _Coster) -> _Walk:
             outs.append(t)
             vinfo.append(t)
         loc = op.location
-        try:
-            names.append(loc.name_str)
-        except AttributeError:
-            names.append(_quoted_name(loc))
+        if named_locs:
+            try:
+                names.append(loc.name_str)
+            except AttributeError:
+                named_locs = False
+                names.append(_quoted_name(loc))
+        else:  # file locations so far (text without locations): no NameLoc attempt, which raises
+            try:
+                file = loc.filename
+            except AttributeError:
+                named_locs = True
+                names.append(location_name(loc))
+            else:
+                names.append(_file_name(loc, file))
         kinds.append(kind)
         n_results.append(len(outs))
         if len(outs) == 1:

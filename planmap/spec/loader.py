@@ -278,10 +278,14 @@ def load_spec(path: str | Path) -> LoadedSpec:
     Raises :class:`SpecError` listing every mistake of the spec and of the referenced cluster file.
     """
     path = Path(path)
-    data, pos, diags = _read(path, "spec")
+    return _load_spec(path, *_read(path, "spec"))
+
+
+def _load_spec(path: Path, data: Any, pos: Positions, diags: list[Diagnostic]) -> LoadedSpec:
+    """:func:`load_spec` of a spec file already read and parsed (``data``, ``pos``, ``diags`` of :func:`_read`)."""
     if data is None:
         raise SpecError(diags)
-    diags += _header(data, pos, str(path), "PlanSpec")
+    diags = diags + _header(data, pos, str(path), "PlanSpec")
     if any(d.code in ("kind", "type") for d in diags):
         raise SpecError(diags)
     cluster_path = None
@@ -323,12 +327,12 @@ _PLACEHOLDER = {
 def load_document(path: str | Path) -> LoadedSpec | Cluster:
     """Load a PlanSpec or a Cluster, whichever the file's ``kind`` says."""
     path = Path(path)
-    data, pos, diags = _read(path, "spec")
+    data, pos, read_diags = _read(path, "spec")
     if data is None:
-        raise SpecError(diags)
+        raise SpecError(read_diags)
     diags = _header(data, pos, str(path), None)
     if diags:
         raise SpecError(diags)
     if data.get("kind") == "Cluster":
-        return load_cluster(path)
-    return load_spec(path)
+        return load_cluster(path)  # read again: a cluster file has its own size cap
+    return _load_spec(path, data, pos, read_diags)  # the spec as read here: parsed once

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.composer import ComposerError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from planmap.spec.diagnostics import Diagnostic
+from planmap.spec.yamlcompose import compose_events
 
 MAX_BYTES = 8 * 2**20
 MAX_NODES = 100_000
@@ -96,23 +98,37 @@ def safe_yaml(text: str, *, pure: bool = False) -> YAML:
     return yaml
 
 
+def _compose(yaml: YAML, text: str) -> Node | None:
+    """The root node of ``text``: libyaml's events through the lean composer (:mod:`planmap.spec.yamlcompose`)
+    when :func:`safe_yaml` attached libyaml's parser, else ruamel's own parser and composer."""
+    parser = getattr(yaml, "_parser", None)
+    if parser is not None and type(parser).__name__ == "CParser":
+        return compose_events(parser, yaml.resolver)
+    return yaml.compose(text)
+
+
 def compose_yaml(text: str) -> tuple[YAML, Node | None]:
-    """``(loader, root node)`` of the single document in ``text`` (see :func:`safe_yaml`); on a YAML error
-    the pure parser runs again, so the error raised is the pure parser's."""
+    """``(loader, root node)`` of the single document in ``text`` (see :func:`safe_yaml`). When libyaml's
+    scanner or parser rejects the text (or it nests past the recursion limit), the pure parser runs again,
+    so the error raised is the pure parser's; a composer error (an undefined alias, a second document) is
+    the same from either and is raised as is."""
     try:
         yaml = safe_yaml(text)
-        return yaml, yaml.compose(text)
+        return yaml, _compose(yaml, text)
+    except ComposerError:
+        raise
     except (YAMLError, RecursionError, ValueError):
         yaml = safe_yaml(text, pure=True)
         return yaml, yaml.compose(text)
 
 
 def load_yaml(text: str) -> Any:
-    """The Python data of the single document in ``text`` (safe tags only; errors as :func:`compose_yaml`)."""
-    try:
-        return safe_yaml(text).load(text)
-    except (YAMLError, RecursionError, ValueError, TypeError):
-        return safe_yaml(text, pure=True).load(text)
+    """The Python data of the single document in ``text`` (safe tags only; parse errors as :func:`compose_yaml`).
+
+    Construction errors (a duplicate key, an unhashable key) are raised from the composed nodes, which
+    are the same whichever parser read them."""
+    yaml, node = compose_yaml(text)
+    return None if node is None else yaml.constructor.construct_document(node)
 
 
 def _pos(node: Node) -> tuple[int, int]:

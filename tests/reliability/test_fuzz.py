@@ -33,3 +33,18 @@ def test_fuzz_finding_plan_nested_past_the_serialization_depth_is_an_error(tmp_p
     root = Path(__file__).resolve().parents[2]
     outcome = fuzz_one("plan", random.Random("plan:102835"), root, tmp_path)
     assert outcome.status == "ok", outcome
+
+
+def test_fuzz_finding_long_digit_run_in_a_scope_name_is_linear():
+    """``make fuzz`` (artifact seed 168) put a 5,000-digit run into a location name: the layer-stem
+    regex ``\\d+$`` retried at every digit (0.9 s for 5,000 digits, quadratic: ~14 s for the 20,000 here).
+    Now linear, with the same stems as before."""
+    import time
+
+    from planmap.frontend.namestack import label_ops
+
+    names = [f"jit(f)/j{'9' * 20_000}x/layer{i}/add" for i in range(2)] + ["jit(f)/h/0/add", "jit(f)/h/1/add"]
+    t = time.process_time()
+    labels = label_ops(names)
+    assert time.process_time() - t < 5.0
+    assert labels.layer.tolist() == [0, 1, 2, 3]  # layer0/layer1 and h/0, h/1: two stems, two layers each
