@@ -19,6 +19,7 @@ from planmap.problem import Problem
 from planmap.vocabulary import Mode
 
 from .cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, probe_lower_bound, reduce_allowed, time_bounds
+from .loads import contention_bound
 
 __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "MEMORY_MARGIN"]
 
@@ -207,9 +208,14 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
             if reduced.any(axis=1).all():  # else nothing beats the horizon: the MIP proves it
                 allowed = reduced
         tb = bounds_of(allowed)
-        lower = float(np.where(allowed, tb.through, np.inf).min(axis=1).max())
+
+        def load_of(a, b):
+            return contention_bound(t, a, topo.is_cpu, b)
+
+        lower = max(float(np.where(allowed, tb.through, np.inf).min(axis=1).max()), load_of(allowed, tb))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
-            lower = probe_lower_bound(allowed, lower, H, bounds_of, deadline=time.perf_counter() + probe_seconds)
+            lower = probe_lower_bound(allowed, lower, H, bounds_of, deadline=time.perf_counter() + probe_seconds,
+                                      load_of=load_of)
         fin = np.where(allowed, tb.finish, np.inf).min(axis=1)
         head = np.maximum(head, np.where(np.isfinite(fin), fin, head))
         after = np.where(allowed, tb.tail_fin, np.inf).min(axis=1)
