@@ -18,7 +18,16 @@ from planmap.crossings import crossings
 from planmap.problem import Problem
 from planmap.vocabulary import Mode
 
-from .cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, probe_lower_bound, reduce_allowed, time_bounds
+from .cuts import (
+    BUCKETS,
+    TimeBounds,
+    bucket_count,
+    fits_alone,
+    memory_buckets,
+    probe_lower_bound,
+    reduce_allowed,
+    time_bounds,
+)
 from .loads import contention_bound
 
 __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "MEMORY_MARGIN"]
@@ -63,6 +72,7 @@ class LatencyData:
     bounds: TimeBounds | None = None  # placement-aware time bounds (see .cuts)
     lat_ub: np.ndarray | None = None  # (n,) upper bound on each node's finish time, model units
     lower: float = 0.0  # lower bound on the latency, model units (sweep bound, raised by probing)
+    buckets: int = BUCKETS  # memory resolution of ``bounds`` (see :func:`.cuts.bucket_count`)
 
     @property
     def num_units(self) -> int:
@@ -192,16 +202,17 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     param_use, param_bytes = (puse[:, 0], puse[:, 1]), g.value_bytes.astype(float) * cost.param_factor
     capacity = problem.capacity.astype(float)
     tb, lat_ub, lower = None, None, 0.0
+    buckets = bucket_count(n, D)
     if bounds and n:
         ok = _colocated_allowed(allowed & fits_alone(node_mem, working_set, param_use, param_bytes, capacity, -1e-12),
                                 cls)
         if ok.any(axis=1).all():  # else the memory precheck or the MIP says why
             allowed = ok
 
-        size = memory_buckets(_own_bytes(node_mem, param_use, param_bytes), capacity, BUCKETS)
+        size = memory_buckets(_own_bytes(node_mem, param_use, param_bytes), capacity, buckets)
 
         def bounds_of(a):
-            return time_bounds(t, a, topo.is_cpu, q, val_prod, pair_val, pair_cons, recv, send, size, BUCKETS)
+            return time_bounds(t, a, topo.is_cpu, q, val_prod, pair_val, pair_cons, recv, send, size, buckets)
 
         if horizon is not None:
             reduced = _colocated_allowed(reduce_allowed(allowed, H, bounds_of)[0], cls)
@@ -227,7 +238,7 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
         edges=(np.asarray(g.node_edges[0], np.int64), np.asarray(g.node_edges[1], np.int64)),
         head=head, node_mem=node_mem, working_set=working_set, param_use=param_use, param_bytes=param_bytes,
         capacity=capacity, colocated=colocated, classes=tuple(interchangeable_devices(problem)),
-        bounds=tb, lat_ub=lat_ub, lower=lower,
+        bounds=tb, lat_ub=lat_ub, lower=lower, buckets=buckets,
     )
 
 
