@@ -78,7 +78,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["TimeBounds", "time_bounds", "memory_buckets", "reduce_allowed", "probe_lower_bound", "fits_alone",
-           "add_bound_rows", "add_slot_order_rows", "FIX_MARGIN", "BUCKETS", "PROBES",
+           "add_bound_rows", "add_slot_order_rows", "refutes", "FIX_MARGIN", "BUCKETS", "PROBES",
            "bucket_count"]
 
 BUCKETS = 256  # least memory resolution of the bounds, per device
@@ -398,7 +398,7 @@ def reduce_allowed(allowed: np.ndarray, horizon: float, bounds_of, rounds: int =
     return allowed, b
 
 
-def _refutes(allowed: np.ndarray, level: float, bounds_of, rounds: int, deadline: float, load_of=None) -> bool:
+def refutes(allowed: np.ndarray, level: float, bounds_of, rounds: int, deadline: float, load_of=None) -> bool:
     """Whether propagation proves that no placement has latency at most ``level`` (model units);
     ``load_of(allowed, bounds)``, when given, is one more lower bound that refutes it when above."""
     a = allowed.copy()
@@ -417,7 +417,7 @@ def _refutes(allowed: np.ndarray, level: float, bounds_of, rounds: int, deadline
 
 
 def probe_lower_bound(allowed: np.ndarray, lower: float, upper: float, bounds_of, *, deadline: float = math.inf,
-                      probes: int = PROBES, rounds: int = PROBE_ROUNDS, load_of=None) -> float:
+                      probes: int = PROBES, rounds: int = PROBE_ROUNDS, load_of=None, refute=None) -> float:
     """A lower bound on every placement's latency at least ``lower``, by refuting "latency <= L" (model units).
 
     A placement of latency at most ``L`` runs each node where ``through <= L`` (the bounds hold for every
@@ -430,14 +430,16 @@ def probe_lower_bound(allowed: np.ndarray, lower: float, upper: float, bounds_of
     steps of ``(upper - lower) / 16`` that double while they are refuted, then bisection below the first
     ``L`` that is not; it returns the largest ``L`` refuted within ``probes`` steps and ``deadline``
     (``time.perf_counter()``), or ``lower`` when none is. ``upper`` is the horizon (a real placement's latency).
-    ``load_of(allowed, bounds)`` (e.g. :func:`.loads.contention_bound`) refutes ``L`` too when above it."""
+    ``load_of(allowed, bounds)`` (e.g. :func:`.loads.contention_bound`) refutes ``L`` too when above it;
+    ``refute(allowed, L, deadline)``, when given, replaces propagation (e.g. :func:`.shaving.branch_refutes`)."""
     lo, hi = float(lower), float(upper)
     step, galloping = (hi - lo) / 16.0, True
     for _ in range(probes):
         if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo * (1.0 + 1e-4) or time.perf_counter() > deadline:
             break
         level = min(lo + step, 0.5 * (lo + hi)) if galloping else 0.5 * (lo + hi)
-        if _refutes(allowed, level, bounds_of, rounds, deadline, load_of):
+        if (refute(allowed, level, deadline) if refute is not None
+                else refutes(allowed, level, bounds_of, rounds, deadline, load_of)):
             lo, step = level, 2.0 * step
         else:
             hi, galloping = level, False

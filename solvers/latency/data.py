@@ -20,6 +20,7 @@ from planmap.vocabulary import Mode
 
 from .cuts import (
     BUCKETS,
+    PROBE_ROUNDS,
     TimeBounds,
     bucket_count,
     fits_alone,
@@ -29,6 +30,7 @@ from .cuts import (
     time_bounds,
 )
 from .loads import contention_bound
+from .shaving import branch_refutes
 
 __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "MEMORY_MARGIN"]
 
@@ -225,8 +227,12 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
 
         lower = max(float(np.where(allowed, tb.through, np.inf).min(axis=1).max()), load_of(allowed, tb))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
-            lower = probe_lower_bound(allowed, lower, H, bounds_of, deadline=time.perf_counter() + probe_seconds,
+            def refute(a, level, deadline):
+                return branch_refutes(a, level, bounds_of, topo.is_cpu, rounds=PROBE_ROUNDS, deadline=deadline,
                                       load_of=load_of)
+
+            lower = probe_lower_bound(allowed, lower, H, bounds_of, deadline=time.perf_counter() + probe_seconds,
+                                      load_of=load_of, refute=refute)
         fin = np.where(allowed, tb.finish, np.inf).min(axis=1)
         head = np.maximum(head, np.where(np.isfinite(fin), fin, head))
         after = np.where(allowed, tb.tail_fin, np.inf).min(axis=1)
