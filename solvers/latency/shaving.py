@@ -46,7 +46,7 @@ def branch_refutes(allowed: np.ndarray, level: float, bounds_of, is_cpu: np.ndar
     if refutes(allowed, level, bounds_of, rounds, deadline, load_of):
         return True
     cpu = np.asarray(is_cpu, bool)
-    if cpu.all() or not cpu.any():
+    if cpu.all() or not cpu.any() or time.perf_counter() > deadline:
         return False
     a = allowed.copy()
     for v in branch_order(a, bounds_of(a).through, cpu, nodes):
