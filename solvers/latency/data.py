@@ -36,6 +36,8 @@ __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels",
 
 MEMORY_MARGIN = 1e-6  # share of each device's memory kept free of backend tolerances
 PROBE_SECONDS = 5.0  # default time for the probing lower bound (:func:`.cuts.probe_lower_bound`)
+BRANCH_MIN_SECONDS = 30.0  # probing branches (:mod:`.shaving`) only with this much time: a branch costs two
+# propagations; with less it gains nothing, and its time comes out of the model build's time box
 
 
 # --------------------------------------------------------------------------------------- data
@@ -160,7 +162,8 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     With ``bounds`` (the default), placement-aware time bounds (:mod:`.cuts`) tighten the
     node time windows and rule out devices no placement under the horizon can use, so the model
     never creates their columns; without, the model is the plain formulation (tests compare both).
-    With a horizon, up to ``probe_seconds`` go to raising the latency's lower bound by probing.
+    With a horizon, up to ``probe_seconds`` go to raising the latency's lower bound by probing (branching
+    on the device kind from ``BRANCH_MIN_SECONDS`` on).
     """
     g, topo, cost = problem.graph, problem.topology, problem.cost
     n, D = g.num_nodes, topo.num_devices
@@ -232,7 +235,7 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
                                       load_of=load_of)
 
             lower = probe_lower_bound(allowed, lower, H, bounds_of, deadline=time.perf_counter() + probe_seconds,
-                                      load_of=load_of, refute=refute)
+                                      load_of=load_of, refute=refute if probe_seconds >= BRANCH_MIN_SECONDS else None)
         fin = np.where(allowed, tb.finish, np.inf).min(axis=1)
         head = np.maximum(head, np.where(np.isfinite(fin), fin, head))
         after = np.where(allowed, tb.tail_fin, np.inf).min(axis=1)
