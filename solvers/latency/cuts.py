@@ -83,7 +83,7 @@ __all__ = ["TimeBounds", "time_bounds", "memory_buckets", "reduce_allowed", "pro
 
 BUCKETS = 256  # least memory resolution of the bounds, per device
 MAX_BUCKETS = 4096  # finest resolution (ResNet-50 layers: the sweep bound 82.3 ms at 256, 90.3 ms from 4096)
-BUCKET_CELLS = 2_000_000  # nodes x devices x buckets the sweeps' tables may hold
+BUCKET_CELLS = 1_500_000  # nodes x devices x buckets the sweeps' tables may hold (GNMT layers: 2048, as good as 4096)
 FIX_MARGIN = 1e-7  # relative: a device is ruled out only when its bound beats the horizon by this much
 PROBES = 8  # bisection steps of :func:`probe_lower_bound`
 PROBE_ROUNDS = 12  # propagation rounds per probe (each recomputes the bounds)
