@@ -37,7 +37,7 @@ convexity (or, at a join, several producers) are outside the call, the chain pay
 receives, not only the largest.
 
 Memory makes them much stronger where it is tight (BERT-24 layers, ResNet-50, Inception): the
-sweeps carry the memory of the path inside the call (in ``BUCKETS`` units per device, rounded down
+sweeps carry the memory of the path inside the call (in :func:`bucket_count` units per device, rounded down
 so the relaxation stays valid), and a call cannot hold more than its device, so a path heavier than
 one device must leave the call somewhere — paying a transfer, or a slower device.
 
@@ -78,9 +78,12 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["TimeBounds", "time_bounds", "memory_buckets", "reduce_allowed", "probe_lower_bound", "fits_alone",
-           "add_bound_rows", "add_slot_order_rows", "FIX_MARGIN", "BUCKETS", "PROBES"]
+           "add_bound_rows", "add_slot_order_rows", "refutes", "FIX_MARGIN", "BUCKETS", "PROBES",
+           "bucket_count"]
 
-BUCKETS = 256  # memory resolution of the bounds, per device
+BUCKETS = 256  # least memory resolution of the bounds, per device
+MAX_BUCKETS = 4096  # finest resolution (ResNet-50 layers: the sweep bound 82.3 ms at 256, 90.3 ms from 4096)
+BUCKET_CELLS = 1_500_000  # nodes x devices x buckets the sweeps' tables may hold (GNMT layers: 2048, as good as 4096)
 FIX_MARGIN = 1e-7  # relative: a device is ruled out only when its bound beats the horizon by this much
 PROBES = 8  # bisection steps of :func:`probe_lower_bound`
 PROBE_ROUNDS = 12  # propagation rounds per probe (each recomputes the bounds)
@@ -248,6 +251,15 @@ def memory_buckets(node_bytes: np.ndarray, capacity: np.ndarray, buckets: int) -
     return np.where(np.isfinite(cap)[None, :], np.minimum(units, buckets + 1), 0).astype(np.int64)
 
 
+def bucket_count(n: int, devices: int) -> int:
+    """The memory resolution of the sweeps for ``n`` nodes on ``devices`` devices: each node's memory is
+    rounded down to whole buckets, so a path of many small nodes loses up to one bucket per node and
+    looks lighter than it is; finer buckets cost time and memory linearly, so the finest that keeps the
+    tables within ``BUCKET_CELLS`` entries (a power of two, between ``BUCKETS`` and ``MAX_BUCKETS``)."""
+    fit = BUCKET_CELLS // max(1, n * devices)
+    return int(min(MAX_BUCKETS, max(BUCKETS, 2 ** int(math.floor(math.log2(max(fit, 1)))))))
+
+
 def _shift(a: np.ndarray, by: np.ndarray) -> np.ndarray:
     """``out[..., d, mu] = a[..., d, mu - by[d]]`` (``inf`` below ``by[d]``): the budget left to the
     rest of a call once a node of ``by[d]`` units is in it."""
@@ -386,11 +398,14 @@ def reduce_allowed(allowed: np.ndarray, horizon: float, bounds_of, rounds: int =
     return allowed, b
 
 
-def _refutes(allowed: np.ndarray, level: float, bounds_of, rounds: int, deadline: float) -> bool:
-    """Whether propagation proves that no placement has latency at most ``level`` (model units)."""
+def refutes(allowed: np.ndarray, level: float, bounds_of, rounds: int, deadline: float, load_of=None) -> bool:
+    """Whether propagation proves that no placement has latency at most ``level`` (model units);
+    ``load_of(allowed, bounds)``, when given, is one more lower bound that refutes it when above."""
     a = allowed.copy()
     b = bounds_of(a)
     for _ in range(rounds):
+        if load_of is not None and load_of(a, b) > level * (1.0 + FIX_MARGIN):
+            return True
         cut = a & (b.through > level * (1.0 + FIX_MARGIN))
         if not cut.any() or time.perf_counter() > deadline:
             return False
@@ -402,7 +417,7 @@ def _refutes(allowed: np.ndarray, level: float, bounds_of, rounds: int, deadline
 
 
 def probe_lower_bound(allowed: np.ndarray, lower: float, upper: float, bounds_of, *, deadline: float = math.inf,
-                      probes: int = PROBES, rounds: int = PROBE_ROUNDS) -> float:
+                      probes: int = PROBES, rounds: int = PROBE_ROUNDS, load_of=None, refute=None) -> float:
     """A lower bound on every placement's latency at least ``lower``, by refuting "latency <= L" (model units).
 
     A placement of latency at most ``L`` runs each node where ``through <= L`` (the bounds hold for every
@@ -414,14 +429,17 @@ def probe_lower_bound(allowed: np.ndarray, lower: float, upper: float, bounds_of
     The search starts close to ``lower`` (the sweep bound), where refutation is likeliest and cheapest:
     steps of ``(upper - lower) / 16`` that double while they are refuted, then bisection below the first
     ``L`` that is not; it returns the largest ``L`` refuted within ``probes`` steps and ``deadline``
-    (``time.perf_counter()``), or ``lower`` when none is. ``upper`` is the horizon (a real placement's latency)."""
+    (``time.perf_counter()``), or ``lower`` when none is. ``upper`` is the horizon (a real placement's latency).
+    ``load_of(allowed, bounds)`` (e.g. :func:`.loads.contention_bound`) refutes ``L`` too when above it;
+    ``refute(allowed, L, deadline)``, when given, replaces propagation (e.g. :func:`.shaving.branch_refutes`)."""
     lo, hi = float(lower), float(upper)
     step, galloping = (hi - lo) / 16.0, True
     for _ in range(probes):
         if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo * (1.0 + 1e-4) or time.perf_counter() > deadline:
             break
         level = min(lo + step, 0.5 * (lo + hi)) if galloping else 0.5 * (lo + hi)
-        if _refutes(allowed, level, bounds_of, rounds, deadline):
+        if (refute(allowed, level, deadline) if refute is not None
+                else refutes(allowed, level, bounds_of, rounds, deadline, load_of)):
             lo, step = level, 2.0 * step
         else:
             hi, galloping = level, False

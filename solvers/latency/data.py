@@ -18,12 +18,26 @@ from planmap.crossings import crossings
 from planmap.problem import Problem
 from planmap.vocabulary import Mode
 
-from .cuts import BUCKETS, TimeBounds, fits_alone, memory_buckets, probe_lower_bound, reduce_allowed, time_bounds
+from .cuts import (
+    BUCKETS,
+    PROBE_ROUNDS,
+    TimeBounds,
+    bucket_count,
+    fits_alone,
+    memory_buckets,
+    probe_lower_bound,
+    reduce_allowed,
+    time_bounds,
+)
+from .loads import contention_bound
+from .shaving import branch_refutes
 
 __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "MEMORY_MARGIN"]
 
 MEMORY_MARGIN = 1e-6  # share of each device's memory kept free of backend tolerances
 PROBE_SECONDS = 5.0  # default time for the probing lower bound (:func:`.cuts.probe_lower_bound`)
+BRANCH_MIN_SECONDS = 30.0  # probing branches (:mod:`.shaving`) only with this much time: a branch costs two
+# propagations; with less it gains nothing, and its time comes out of the model build's time box
 
 
 # --------------------------------------------------------------------------------------- data
@@ -62,6 +76,7 @@ class LatencyData:
     bounds: TimeBounds | None = None  # placement-aware time bounds (see .cuts)
     lat_ub: np.ndarray | None = None  # (n,) upper bound on each node's finish time, model units
     lower: float = 0.0  # lower bound on the latency, model units (sweep bound, raised by probing)
+    buckets: int = BUCKETS  # memory resolution of ``bounds`` (see :func:`.cuts.bucket_count`)
 
     @property
     def num_units(self) -> int:
@@ -147,7 +162,8 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     With ``bounds`` (the default), placement-aware time bounds (:mod:`.cuts`) tighten the
     node time windows and rule out devices no placement under the horizon can use, so the model
     never creates their columns; without, the model is the plain formulation (tests compare both).
-    With a horizon, up to ``probe_seconds`` go to raising the latency's lower bound by probing.
+    With a horizon, up to ``probe_seconds`` go to raising the latency's lower bound by probing (branching
+    on the device kind from ``BRANCH_MIN_SECONDS`` on).
     """
     g, topo, cost = problem.graph, problem.topology, problem.cost
     n, D = g.num_nodes, topo.num_devices
@@ -191,25 +207,35 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
     param_use, param_bytes = (puse[:, 0], puse[:, 1]), g.value_bytes.astype(float) * cost.param_factor
     capacity = problem.capacity.astype(float)
     tb, lat_ub, lower = None, None, 0.0
+    buckets = bucket_count(n, D)
     if bounds and n:
         ok = _colocated_allowed(allowed & fits_alone(node_mem, working_set, param_use, param_bytes, capacity, -1e-12),
                                 cls)
         if ok.any(axis=1).all():  # else the memory precheck or the MIP says why
             allowed = ok
 
-        size = memory_buckets(_own_bytes(node_mem, param_use, param_bytes), capacity, BUCKETS)
+        size = memory_buckets(_own_bytes(node_mem, param_use, param_bytes), capacity, buckets)
 
         def bounds_of(a):
-            return time_bounds(t, a, topo.is_cpu, q, val_prod, pair_val, pair_cons, recv, send, size, BUCKETS)
+            return time_bounds(t, a, topo.is_cpu, q, val_prod, pair_val, pair_cons, recv, send, size, buckets)
 
         if horizon is not None:
             reduced = _colocated_allowed(reduce_allowed(allowed, H, bounds_of)[0], cls)
             if reduced.any(axis=1).all():  # else nothing beats the horizon: the MIP proves it
                 allowed = reduced
         tb = bounds_of(allowed)
-        lower = float(np.where(allowed, tb.through, np.inf).min(axis=1).max())
+
+        def load_of(a, b):
+            return contention_bound(t, a, topo.is_cpu, b)
+
+        lower = max(float(np.where(allowed, tb.through, np.inf).min(axis=1).max()), load_of(allowed, tb))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
-            lower = probe_lower_bound(allowed, lower, H, bounds_of, deadline=time.perf_counter() + probe_seconds)
+            def refute(a, level, deadline):
+                return branch_refutes(a, level, bounds_of, topo.is_cpu, rounds=PROBE_ROUNDS, deadline=deadline,
+                                      load_of=load_of)
+
+            lower = probe_lower_bound(allowed, lower, H, bounds_of, deadline=time.perf_counter() + probe_seconds,
+                                      load_of=load_of, refute=refute if probe_seconds >= BRANCH_MIN_SECONDS else None)
         fin = np.where(allowed, tb.finish, np.inf).min(axis=1)
         head = np.maximum(head, np.where(np.isfinite(fin), fin, head))
         after = np.where(allowed, tb.tail_fin, np.inf).min(axis=1)
@@ -221,7 +247,7 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
         edges=(np.asarray(g.node_edges[0], np.int64), np.asarray(g.node_edges[1], np.int64)),
         head=head, node_mem=node_mem, working_set=working_set, param_use=param_use, param_bytes=param_bytes,
         capacity=capacity, colocated=colocated, classes=tuple(interchangeable_devices(problem)),
-        bounds=tb, lat_ub=lat_ub, lower=lower,
+        bounds=tb, lat_ub=lat_ub, lower=lower, buckets=buckets,
     )
 
 
