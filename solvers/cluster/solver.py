@@ -6,17 +6,19 @@ from the sharding solver's per-group layouts on every logical mesh of the submes
 (:class:`~.costs.StageCosts`); the stage DP (:func:`~.dp.stage_dp`) picks ranges, submeshes and the
 mesh of each stage minimising the step time under the schedule's memory, for every microbatch count
 tried and every device order (heterogeneous clusters: hosts in both orders). The stages of the best
-DP answer are then sharded on their whole range (:func:`~.layouts.solve_stage`) and the plan is
-judged by :func:`planmap.evaluate.evaluate` together with the baselines — everything on one device,
+DP answer are then sharded on their whole range (the groups' layouts composed, then the sharding IP per
+stage, kept where the whole plan is no worse, and its stage costs put back for a DP re-solve: :mod:`.refine`)
+and the plan is judged by :func:`planmap.evaluate.evaluate` together with the baselines — everything on one device,
 pure data parallel, FSDP, Megatron tensor × data parallel, and the pipeline plan of the exact
 pipeline DP (``dp``) — and every point of the practitioner's (dp, fsdp, tp, pp) grid (:mod:`.grid`; on graphs of
 at most ``GRID_MAX_GROUPS`` layer groups), which are points of the same space; the best step time per microbatch
 wins.
 
 The certificate states the space searched and what is proven: the DP is optimal over contiguous
-ranges of the layer groups × the submeshes × the microbatch counts under the additive stage model
-(each group's sharding solved by the IP to the stated status), which :func:`planmap.evaluate.evaluate`
-does not prove for the whole plan, so the status is ``heuristic``.
+ranges of the layer groups × the submeshes × the microbatch counts given its stage costs (additive over the
+groups' baseline layouts, with the refined stages' evaluated times put back), and each stage of the winner
+states its sharding IP's status and gap (or "baselines only" where the IP did not run); neither is a proof
+for the whole plan under :func:`planmap.evaluate.evaluate`, so the status is ``heuristic``.
 """
 
 from __future__ import annotations
