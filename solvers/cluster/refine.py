@@ -7,8 +7,9 @@ the composed baseline layout, bounded by the deterministic work limits of :data:
 Answers are cached per (layer range signature, mesh class, mode, microbatches, structure of the stage's
 tables), so identical stages (the repeated layers of a transformer on submeshes of one shape) cost one solve.
 A stage's IP layout replaces the composed one only when :func:`planmap.evaluate.evaluate` says the *whole
-plan* is no worse under it, and the kept stage's real time is put back into the DP's table
-(:func:`put_back`), so the DP can be solved again on it (:func:`dp_rounds`).
+plan* is no worse under it, and the kept stage's real time is put back into the DP's table (:func:`put_back`:
+at its own entry, and where lower at every range of the same layer signatures on a submesh of the same mesh
+class), so the DP can be solved again on it (:func:`dp_rounds`).
 
 The stage IPs share a wall-clock safety net, ``REFINE_SHARE`` of the solve's time limit; a stage it leaves
 out keeps its baseline layout and the certificate says so (everything else is deterministic).
@@ -31,7 +32,7 @@ from planmap.sharding.stage import stage_map
 from .costs import StageCosts, inflight_rows, mesh_class
 from .dp import DPResult, stage_dp
 from .layouts import SAFETY_SECONDS, WORK_LIMITS, StageLayout, _ip_available
-from .space import LayerGroups, StagePlan, Submesh, build_solution
+from .space import LayerGroups, StagePlan, Submesh, build_solution, stage_meshes
 
 __all__ = ["StageReport", "RefineStats", "StageRefiner", "refine_plan", "put_back", "dp_rounds", "report_text",
            "REFINE_SHARE", "ROUNDS"]
@@ -207,10 +208,13 @@ def refine_plan(problem: Problem, groups: LayerGroups, plans: list[StagePlan], i
 
 
 def put_back(table: np.ndarray, mesh_of: np.ndarray, stages, plans: list[StagePlan], rows: list[int],
-             boundary: list[np.ndarray]) -> int:
+             boundary: list[np.ndarray], like: Callable[[int, int, int, int], list[tuple[int, int, int, int]]]
+             | None = None) -> int:
     """Write each sharded stage's real time (its kept layout under :func:`evaluate_spmd`, plus the boundary
     transfers ``boundary[sub][i, j]`` the table charges) into the DP's ``table`` at its range and submesh, for
-    every row whose in-flight microbatches (``rows``) the layout fits. Returns the entries changed."""
+    every row whose in-flight microbatches (``rows``) the layout fits; and, where lower, at the entries
+    ``like(i, j, sub, choice)`` names (the same layer signatures on a submesh of the same mesh class, each
+    ``(i, j, sub, choice)``: the same stage elsewhere). Returns the entries changed."""
     changed = 0
     for st, plan in zip(stages, plans, strict=True):
         if plan.tables is None or plan.specs is None:
@@ -218,15 +222,35 @@ def put_back(table: np.ndarray, mesh_of: np.ndarray, stages, plans: list[StagePl
         i, j, s = st.start, st.stop, st.sub
         choice = int(mesh_of[st.row, i, j, s])
         ev = evaluate_spmd(plan.tables, plan.specs)
-        t = float(ev.microbatch_time) + float(boundary[s][i, j])
         stash = float(ev.memory_parts["stash"])
-        for row, f in enumerate(rows):
-            fits = float(ev.memory) - stash + f * stash <= plan.tables.capacity * (1 + 1e-12)
-            if fits and table[row, i, j, s] != t:
-                table[row, i, j, s] = t
-                mesh_of[row, i, j, s] = choice
-                changed += 1
+        fits = [row for row, f in enumerate(rows)
+                if float(ev.memory) - stash + f * stash <= plan.tables.capacity * (1 + 1e-12)]
+        others = [e for e in (like(i, j, s, choice) if like is not None else []) if e[:3] != (i, j, s)]
+        for a, b, s2, c2 in [(i, j, s, choice), *others]:
+            t = float(ev.microbatch_time) + float(boundary[s2][a, b])
+            for row in fits:
+                old = table[row, a, b, s2]
+                if old != t and ((a, b, s2) == (i, j, s) or t < old):
+                    table[row, a, b, s2] = t
+                    mesh_of[row, a, b, s2] = c2
+                    changed += 1
     return changed
+
+
+def _like(costs: StageCosts, subs: list[Submesh]) -> Callable[[int, int, int, int], list[tuple[int, int, int, int]]]:
+    """``like(i, j, sub, choice)``: every ``(a, b, sub', choice')`` whose groups have the signatures of ``[i, j)``
+    and whose submesh has a mesh of the same class as the chosen one (same variant): a stage that costs the
+    same up to its boundary transfers."""
+    classes = [[mesh_class(costs.problem, m) for m in stage_meshes(costs.problem, sub)] for sub in subs]
+    groups = costs.groups
+
+    def like(i: int, j: int, s: int, choice: int) -> list[tuple[int, int, int, int]]:
+        want, sig, n = classes[s][choice // 2], groups.range_signature(i, j), j - i
+        ranges = [(a, a + n) for a in range(groups.num_groups - n + 1) if groups.range_signature(a, a + n) == sig]
+        targets = [(s2, 2 * cs.index(want) + choice % 2) for s2, cs in enumerate(classes) if want in cs]
+        return [(a, b, s2, c2) for a, b in ranges for s2, c2 in targets]
+
+    return like
 
 
 def dp_rounds(problem: Problem, costs: StageCosts, refiner: StageRefiner | None, order: np.ndarray, subs: list[Submesh],
@@ -244,6 +268,7 @@ def dp_rounds(problem: Problem, costs: StageCosts, refiner: StageRefiner | None,
     table, mesh_of = costs.table(order, subs, m)
     rows = inflight_rows(problem, m)
     boundary = [costs.boundary_time(link, sub.size) for link, sub in zip(costs.links(order, subs), subs, strict=True)]
+    like = _like(costs, subs)
     out: list[tuple[DPResult, Solution, Evaluation, list[StageReport]]] = []
     seen: set[tuple] = set()
     for k in range(rounds + 1):
@@ -273,7 +298,7 @@ def dp_rounds(problem: Problem, costs: StageCosts, refiner: StageRefiner | None,
         out.append((res, sol, ev, reports))
         if k and refiner is not None:
             refiner.stats.new_plans += 1
-        if refiner is None or not put_back(table, mesh_of, res.stages, plans, rows, boundary):
+        if refiner is None or not put_back(table, mesh_of, res.stages, plans, rows, boundary, like):
             break
     return out
 

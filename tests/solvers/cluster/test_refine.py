@@ -15,7 +15,7 @@ from planmap.problem import Certificate, SolveOptions, Status
 from planmap.sharding import evaluate_spmd
 from planmap.solvers.cluster.costs import StageCosts, inflight_rows
 from planmap.solvers.cluster.dp import StageChoice
-from planmap.solvers.cluster.refine import StageRefiner, put_back, refine_plan, report_text
+from planmap.solvers.cluster.refine import StageRefiner, _like, put_back, refine_plan, report_text
 from planmap.solvers.cluster.solver import _score, _stage_plan
 from planmap.solvers.cluster.space import build_solution, device_order, layer_groups, submeshes
 
@@ -89,3 +89,15 @@ def test_put_back_writes_the_stages_evaluated_time_plus_boundary_transfers():
         assert table[0, st.start, st.stop, st.sub] == pytest.approx(want, rel=1e-12)
     assert put_back(table, mesh_of, stages, plans, rows, boundary) == 0  # nothing left to change
     assert np.isfinite(table[0, 0, 3, stages[0].sub])
+
+    # with the same stage elsewhere (same layer signatures, a submesh of the same mesh class): only lowered there
+    like = _like(costs, subs)
+    wide, wide_of = setting()[6].copy(), setting()[7].copy()
+    assert put_back(wide, wide_of, stages, plans, rows, boundary, like) >= 1
+    exact = np.zeros(wide.shape, bool)
+    for st in stages:
+        exact[:, st.start, st.stop, st.sub] = True
+        assert (st.start, st.stop, st.sub) in [e[:3] for e in like(st.start, st.stop, st.sub, 0)]
+    original = setting()[6]
+    assert np.all((wide <= original) | exact | np.isinf(original))
+    assert np.array_equal(wide[exact], table[exact])
