@@ -169,43 +169,58 @@ def refine_plan(problem: Problem, groups: LayerGroups, plans: list[StagePlan], i
                 sol: Solution, ev: Evaluation, refiner: StageRefiner,
                 score: Callable[[Solution, Evaluation], tuple]) -> tuple[list[StagePlan], Solution, Evaluation,
                                                                          list[StageReport]]:
-    """Each sharded stage of ``plans`` (in order) given the stage IP's layout where that stage gets faster and
-    the whole plan is no worse under ``score`` (the solver's ranking of evaluations: a stage off the bottleneck
-    changes no step time now, but may once the bottleneck is refined); the plans, solution and evaluation kept, and a
-    report per stage. ``inflight[k]``: the microbatches stage ``k`` holds (its layout must fit them)."""
+    """The sharded stages of ``plans`` given the stage IP's layouts where the whole plan is no worse under
+    ``score`` (the solver's ranking of evaluations): first every stage the IP made faster at once (stages agree
+    on the layouts of what they pass each other only together), else stage by stage in order (a stage off the
+    bottleneck changes no step time now, but may once the bottleneck is refined). The plans, solution and
+    evaluation kept, and a report per stage. ``inflight[k]``: the microbatches stage ``k`` holds."""
     plans = list(plans)
     reports: list[StageReport] = []
+    better: dict[int, tuple[StageLayout, StageReport, float | None]] = {}
     for k, st in enumerate(plans):
-        shape = "x".join(map(str, st.tables.mesh.axis_sizes)) if st.tables is not None else "1"
         if st.tables is None or st.specs is None or st.tables.mesh.num_devices == 1:
             reports.append(StageReport(st.start, st.stop, f"{len(st.devices)} device(s)", "single device"))
             continue
         current = StageLayout(st.tables, st.specs, evaluate_spmd(st.tables, st.specs), "baselines",
                               Status.HEURISTIC)
         ans = refiner.solve(current, st.start, st.stop)
-        mesh = f"mesh {shape}"
+        mesh = "mesh " + "x".join(map(str, st.tables.mesh.axis_sizes))
         if ans.layout is None:
             reports.append(StageReport(st.start, st.stop, mesh, "baselines", note=ans.note))
             continue
         lay = ans.layout
-        base = StageReport(st.start, st.stop, mesh, "baselines", ans.status, _gap(current.time, ans.bound), ans.tied)
+        reports.append(StageReport(st.start, st.stop, mesh, "baselines", ans.status, _gap(current.time, ans.bound),
+                                   ans.tied, "the IP found none faster"))
         if lay.specs == current.specs or lay.time >= current.time:
-            reports.append(replace(base, note="the IP found none faster"))
             continue
         if lay.base + inflight[k] * lay.stash > st.tables.capacity:
-            reports.append(replace(base, note=f"the IP's layout does not fit {inflight[k]} microbatches in flight"))
+            reports[k] = replace(reports[k], note=f"the IP's layout does not fit {inflight[k]} microbatches in flight")
             continue
-        trial = [*plans[:k], replace(st, specs=lay.specs), *plans[k + 1:]]
-        tsol = build_solution(problem, groups, trial, sol.certificate, microbatches=sol.microbatches,
+        better[k] = (lay, reports[k], _gap(lay.time, ans.bound))
+
+    def trial(ks: list[int]) -> tuple[list[StagePlan], Solution, Evaluation]:
+        new = [replace(st, specs=better[k][0].specs) if k in ks else st for k, st in enumerate(plans)]
+        tsol = build_solution(problem, groups, new, sol.certificate, microbatches=sol.microbatches,
                               schedule=sol.schedule)
-        tev = evaluate(problem, tsol)
+        return new, tsol, evaluate(problem, tsol)
+
+    kept: list[int] = []
+    if len(better) > 1:
+        new, tsol, tev = trial(sorted(better))
+        if score(tsol, tev) <= score(sol, ev):
+            plans, sol, ev, kept = new, tsol, tev, sorted(better)
+    for k in sorted(better) if not kept else []:
+        new, tsol, tev = trial([*kept, k])
         if score(tsol, tev) <= score(sol, ev):  # a faster stage off the bottleneck leaves the step as it is
-            plans, sol, ev = trial, tsol, tev
-            refiner.stats.kept += 1
-            reports.append(replace(base, origin="ip", gap=_gap(lay.time, ans.bound)))
+            plans, sol, ev = new, tsol, tev
+            kept.append(k)
+    for k, (_, rep, gap) in better.items():
+        if k in kept:
+            reports[k] = replace(rep, origin="ip", gap=gap, note="")
         else:
-            refiner.stats.rejected += 1
-            reports.append(replace(base, note="the whole plan is slower with the IP's layout"))
+            reports[k] = replace(rep, note="the whole plan is slower with the IP's layout")
+    refiner.stats.kept += len(kept)
+    refiner.stats.rejected += len(better) - len(kept)
     return plans, sol, ev, reports
 
 
