@@ -5,7 +5,8 @@ Here each stage of a DP answer is solved on its own submesh by the sharding IP
 (:func:`planmap.solvers.sharding.ip.solve_mesh` on the stage's tables, repeated layers tied, warm-started from
 the composed baseline layout, bounded by the deterministic work limits of :data:`~.layouts.WORK_LIMITS`).
 Answers are cached per (layer range signature, mesh class, mode, microbatches, structure of the stage's
-tables), so identical stages (the repeated layers of a transformer on submeshes of one shape) cost one solve.
+tables, warm start: the same inputs give the IP's same answer), so identical stages (the repeated layers of a
+transformer on submeshes of one shape) cost one solve.
 A stage's IP layout replaces the composed one only when :func:`planmap.evaluate.evaluate` says the *whole
 plan* is no worse under it, and the kept stage's real time is put back into the DP's table (:func:`put_back`:
 at its own entry, and where lower at every range of the same layer signatures on a submesh of the same mesh
@@ -106,6 +107,10 @@ def _fingerprint(tables: ShardingTables) -> str:
     return h.hexdigest()[:20]
 
 
+def _digest(obj) -> str:
+    return hashlib.sha256(repr(obj).encode()).hexdigest()[:20]
+
+
 @dataclass
 class StageRefiner:
     """The cached stage IP (see the module doc); ``budget`` CPU seconds of stage IPs in all."""
@@ -123,7 +128,7 @@ class StageRefiner:
         if not _ip_available():
             return _Answer(None, None, None, False, "the sharding IP is not installed")
         key = (self.groups.range_signature(first, stop), mesh_class(self.problem, tables.mesh), tables.mode,
-               tables.microbatches, _fingerprint(tables))
+               tables.microbatches, _fingerprint(tables), _digest(sorted(start.specs.items())))
         hit = self._cache.get(key)
         if hit is not None:
             self.stats.hits += 1
