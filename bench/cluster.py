@@ -150,7 +150,10 @@ def main() -> None:
                  f"({st['dp_states']} states, t_max candidates tried/distinct {st['dp_candidates']}), chosen stages "
                  f"{st['stages_time']:.1f} s, evaluate {st['evaluate_time']:.1f} s, baselines "
                  f"{st['baselines_time']:.1f} s, grid {st['grid_time']:.1f} s ({st['grid_points']} points)",
-                 f"- intra-op solves {st['solves']}, cache hits {st['cache_hits']}",
+                 f"- intra-op solves {st['solves']}, cache hits {st['cache_hits']}; stage IP on the chosen stages "
+                 f"{st.get('stage_ip_solves', 0)} solves, {st.get('stage_ip_hits', 0)} cache hits, "
+                 f"{st.get('stage_ip_time', 0.0):.1f} s, {st.get('stage_ip_kept', 0)} layouts kept; DP re-solves "
+                 f"{st.get('dp_resolves', 0)} ({st.get('dp_new_plans', 0)} new plans)",
                  f"- plan: {r['plan']}, {r['step'] * 1e3:.4g} ms per microbatch", "", f"Certificate: {r['winner']}"]
         print("\n".join(scale), flush=True)
     if args.out:

@@ -170,7 +170,7 @@ class StageCosts:
         R = len(rows)
         best_t = np.full((R, G + 1, G + 1, S), np.inf)
         best_m = np.full((R, G + 1, G + 1, S), -1, np.int64)
-        link = self._links(order, subs)
+        link = self.links(order, subs)
         for s, sub in enumerate(subs):
             cap = float(self.problem.capacity[list(sub.devices)].min())
             for mi, mesh in enumerate(stage_meshes(self.problem, sub, max_axes)):
@@ -193,8 +193,7 @@ class StageCosts:
         peak = np.zeros((G + 1, G + 1))
         for i in range(G):
             peak[i, i + 1:] = np.maximum.accumulate(work[i:])
-        ibw_before, ibw_after = link  # the stage receives and sends its boundary bytes, sharded over its devices
-        span_t = span_t + (self.before * ibw_before + self.after * ibw_after) / size
+        span_t = span_t + self.boundary_time(link, size)
         for r, f in enumerate(rows):
             mem = base[jj] - base[ii] + f * (stash[jj] - stash[ii]) + peak
             tt = np.where(valid & (mem <= cap * (1 + 1e-12)), span_t, np.inf)
@@ -202,7 +201,13 @@ class StageCosts:
             best_t[r, :, :, s] = np.where(better, tt, best_t[r, :, :, s])
             best_m[r, :, :, s] = np.where(better, mi, best_m[r, :, :, s])
 
-    def _links(self, order: np.ndarray, subs: list[Submesh]) -> list[tuple[float, float]]:
+    def boundary_time(self, link: tuple[float, float], size: int) -> np.ndarray:
+        """(G+1, G+1) seconds per microbatch a stage of groups [i, j) on ``size`` devices spends receiving and
+        sending its boundary bytes over ``link`` (seconds per byte before and after, :meth:`links`)."""
+        ibw_before, ibw_after = link  # the stage receives and sends its boundary bytes, sharded over its devices
+        return (self.before * ibw_before + self.after * ibw_after) / size
+
+    def links(self, order: np.ndarray, subs: list[Submesh]) -> list[tuple[float, float]]:
         """Seconds per byte to the neighbour before and after each submesh in device order (the slowest
         path between the adjacent devices; the slowest in the order at either end)."""
         topo = self.problem.topology

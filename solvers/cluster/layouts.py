@@ -10,7 +10,7 @@ says so (``cut_by_clock``) so that the certificate can state it. Without the IP 
 the best baseline stands, unproven.
 
 :func:`compose_layout` makes the layout of a stage of several layer groups from the groups' own
-layouts, and :func:`refine_layout` improves one with the IP (repeated layers tied).
+layouts (the stage IP then refines it on the whole plan: :mod:`.refine`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from planmap.solvers.sharding.baselines import (
     megatron_overrides,
 )
 
-__all__ = ["StageLayout", "solve_stage", "WORK_LIMITS", "baseline_layouts", "compose_layout",
-           "refine_layout"]
+__all__ = ["StageLayout", "solve_stage", "WORK_LIMITS", "baseline_layouts", "compose_layout"]
 
 # HiGHS work limits of one stage's IP: deterministic (the same nodes and iterations on every run)
 WORK_LIMITS = {"mip_max_nodes": 200, "mip_max_improving_sols": 50}
@@ -165,12 +164,3 @@ def compose_layout(tables: ShardingTables, parts: list[StageLayout]) -> StageLay
     return StageLayout(tables, specs, ev, "+".join(sorted({p.origin for p in parts})), worst,
                        gap=max((p.gap or 0.0 for p in parts), default=None),
                        cut_by_clock=any(p.cut_by_clock for p in parts))
-
-
-def refine_layout(start: StageLayout, options: SolveOptions) -> StageLayout:
-    """``start`` improved by the stage IP with repeated layers tied (work-limited, warm-started from it);
-    ``start`` itself when the IP is not installed or finds nothing better."""
-    if start.tables.mesh.num_devices == 1 or not _ip_available():
-        return start
-    ip = _ip_layout(start.tables, options, start, tie_layers=True)
-    return ip if ip.evaluation.feasible and ip.time < start.time else start

@@ -6,17 +6,19 @@ from the sharding solver's per-group layouts on every logical mesh of the submes
 (:class:`~.costs.StageCosts`); the stage DP (:func:`~.dp.stage_dp`) picks ranges, submeshes and the
 mesh of each stage minimising the step time under the schedule's memory, for every microbatch count
 tried and every device order (heterogeneous clusters: hosts in both orders). The stages of the best
-DP answer are then sharded on their whole range (:func:`~.layouts.solve_stage`) and the plan is
-judged by :func:`planmap.evaluate.evaluate` together with the baselines — everything on one device,
+DP answer are then sharded on their whole range (the groups' layouts composed, then the sharding IP per
+stage, kept where the whole plan is no worse, and its stage costs put back for a DP re-solve: :mod:`.refine`)
+and the plan is judged by :func:`planmap.evaluate.evaluate` together with the baselines — everything on one device,
 pure data parallel, FSDP, Megatron tensor × data parallel, and the pipeline plan of the exact
 pipeline DP (``dp``) — and every point of the practitioner's (dp, fsdp, tp, pp) grid (:mod:`.grid`; on graphs of
 at most ``GRID_MAX_GROUPS`` layer groups), which are points of the same space; the best step time per microbatch
 wins.
 
 The certificate states the space searched and what is proven: the DP is optimal over contiguous
-ranges of the layer groups × the submeshes × the microbatch counts under the additive stage model
-(each group's sharding solved by the IP to the stated status), which :func:`planmap.evaluate.evaluate`
-does not prove for the whole plan, so the status is ``heuristic``.
+ranges of the layer groups × the submeshes × the microbatch counts given its stage costs (additive over the
+groups' baseline layouts, with the refined stages' evaluated times put back), and each stage of the winner
+states its sharding IP's status and gap (or "baselines only" where the IP did not run); neither is a proof
+for the whole plan under :func:`planmap.evaluate.evaluate`, so the status is ``heuristic``.
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from planmap.sharding.stage import stage_tables
 from planmap.vocabulary import ObjectiveKind
 
 from .costs import StageCosts, inflight_rows
-from .dp import DPResult, stage_dp
+from .dp import DPResult
 from .grid import grid_plan, grid_points, hosts_width
-from .layouts import StageLayout, compose_layout, refine_layout
-from .space import LayerGroups, StagePlan, Submesh, build_solution, device_order, layer_groups, stage_meshes, submeshes
+from .layouts import compose_layout
+from .refine import REFINE_SHARE, StageRefiner, StageReport, dp_rounds, report_text
+from .space import LayerGroups, StagePlan, Submesh, device_order, layer_groups, stage_meshes, submeshes
 
 __all__ = ["Cluster", "ClusterAnswer", "plan_cluster", "BASELINE_NAMES"]
 
@@ -79,21 +82,19 @@ def _orders(problem: Problem) -> list[np.ndarray]:
 
 
 def _stage_plan(problem: Problem, costs: StageCosts, sub: Submesh, choice: int, start: int, stop: int,
-                inflight: int, refine: bool) -> tuple[StagePlan, StageLayout | None]:
-    """A chosen stage sharded on its whole range: its groups' layouts composed (:func:`compose_layout`),
-    then, with ``refine``, improved by the stage IP (repeated layers tied). The layout must fit
-    ``inflight`` microbatches, else the groups' leanest layouts are taken."""
+                inflight: int) -> StagePlan:
+    """A chosen stage sharded on its whole range: its groups' layouts composed (:func:`compose_layout`); the
+    layout must fit ``inflight`` microbatches, else the groups' leanest layouts are taken. The stage IP
+    refines it afterwards, judged on the whole plan (:func:`~.refine.refine_plan`)."""
     mesh = stage_meshes(problem, sub)[choice // 2]
     if mesh.num_devices == 1:
-        return StagePlan(start, stop, sub.devices), None
+        return StagePlan(start, stop, sub.devices)
     tables = stage_tables(problem, costs.groups.range_ops(start, stop), mesh)
     lay = compose_layout(tables, [costs.group_layout(g, mesh, choice % 2) for g in range(start, stop)])
-    if refine:
-        lay = refine_layout(lay, costs.options)
     if lay.base + inflight * lay.stash > tables.capacity and choice % 2 == 0:
         lean = compose_layout(tables, [costs.group_layout(g, mesh, 1) for g in range(start, stop)])
         lay = lean if lean.base + inflight * lean.stash <= tables.capacity else lay
-    return StagePlan(start, stop, tuple(int(d) for d in mesh.devices), tables, lay.specs), lay
+    return StagePlan(start, stop, tuple(int(d) for d in mesh.devices), tables, lay.specs)
 
 
 def megatron_hosts(problem: Problem) -> Solution:
@@ -152,35 +153,31 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
     found: list[tuple[str, Solution, Evaluation]] = []
     best_dp: DPResult | None = None
     best_dp_score = float("inf")
-    dp_time = stage_time = eval_time = 0.0
+    refiner = StageRefiner(problem, groups, options, REFINE_SHARE * float(options.time_limit)) if refine else None
+    times: dict[str, float] = {}
+    reports: dict[str, list[StageReport]] = {}
     for order in _orders(problem):
         subs = submeshes(problem, order)
-        offsets = np.array([s.offset for s in subs])
-        sizes = np.array([s.size for s in subs])
         for m in choices:
-            table, mesh_of = costs.table(order, subs, m)
-            t_dp = time.perf_counter()
-            res = stage_dp(table, offsets, sizes, len(order), m, formula=formula)
-            dp_time += time.perf_counter() - t_dp
-            if res is None:
-                continue
             pm = replace(problem, microbatches=m) if m != problem.microbatches else problem
             rows = inflight_rows(problem, m)
-            t_st = time.perf_counter()
-            plans = [_stage_plan(pm, costs, subs[st.sub], int(mesh_of[st.row, st.start, st.stop, st.sub]), st.start,
-                                 st.stop, rows[st.row], refine)[0] for st in res.stages]
-            cert = Certificate(Status.HEURISTIC, "cluster", version=VERSION)
-            sol = build_solution(pm, groups, plans, cert, microbatches=m)
-            t_ev = time.perf_counter()
-            stage_time += t_ev - t_st
-            ev = evaluate(pm, sol)
-            eval_time += time.perf_counter() - t_ev
-            found.append((f"stage DP (M={m}, {len(plans)} stage(s))", sol, ev))
-            if best_dp is None or res.step_time / m < best_dp_score:
-                best_dp, best_dp_score = res, res.step_time / m
-            if progress is not None:
-                progress(elapsed=time.perf_counter() - t0, incumbent=ev.objective, bound=None,
-                         message=f"stage DP M={m}: {len(plans)} stage(s)")
+
+            def build(res: DPResult, mesh_of: np.ndarray, pm: Problem = pm, rows: list[int] = rows,
+                      subs: list[Submesh] = subs) -> list[StagePlan]:
+                return [_stage_plan(pm, costs, subs[st.sub], int(mesh_of[st.row, st.start, st.stop, st.sub]),
+                                    st.start, st.stop, rows[st.row]) for st in res.stages]
+
+            rounds = dp_rounds(pm, costs, refiner, order, subs, formula, build,
+                               lambda s, e: _score(problem, s, e), times)
+            for k, (res, sol, ev, reps) in enumerate(rounds):
+                name = f"stage DP (M={m}, {len(res.stages)} stage(s){', re-solved' if k else ''})"
+                found.append((name, sol, ev))
+                reports[name] = reps
+                if best_dp is None or res.step_time / m < best_dp_score:
+                    best_dp, best_dp_score = res, res.step_time / m
+                if progress is not None:
+                    progress(elapsed=time.perf_counter() - t0, incumbent=ev.objective, bound=None,
+                             message=f"stage DP M={m}: {len(res.stages)} stage(s)")
     t_base = time.perf_counter()
     for name, sol in _baselines(problem, replace(options, progress=None), baselines):
         found.append((name, sol, evaluate(problem, sol)))
@@ -193,14 +190,15 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
     name, sol, ev = pick(found + grid, key=lambda f: (*_score(problem, f[1], f[2]), f[1].microbatches))
     stats = {"groups": groups.num_groups, "distinct_groups": len(set(groups.signature)), "solves": costs.stats.solves,
              "cache_hits": costs.stats.hits, "tables_time": costs.stats.tables_time,
-             "solve_time": costs.stats.solve_time, "dp_time": dp_time, "baselines_time": base_time,
+             "solve_time": costs.stats.solve_time, "dp_time": times.get("dp", 0.0), "baselines_time": base_time,
              "grid_time": grid_time, "grid_points": len(grid),
-             "stages_time": stage_time, "evaluate_time": eval_time,
+             "stages_time": times.get("stages", 0.0), "evaluate_time": times.get("evaluate", 0.0),
+             **_refine_stats(refiner),
              "dp_states": best_dp.states if best_dp else 0,
              "dp_candidates": f"{best_dp.candidates}/{best_dp.candidates_total}" if best_dp else "",
              "statuses": dict(costs.stats.statuses),
              "wall_time": time.perf_counter() - t0}
-    message = _message(groups, choices, costs, found, grid, name, ev, problem, refine)
+    message = _message(groups, choices, costs, found, grid, name, ev, problem, refiner, reports.get(name))
     sol = sol.with_certificate(status=Status.HEURISTIC, solver="cluster", objective=ev.objective, bound=None,
                                gap=None, version=VERSION, message=message, wall_time=stats["wall_time"],
                                options={"time_limit": options.time_limit, "rel_gap": options.rel_gap})
@@ -226,8 +224,18 @@ def _grid(problem: Problem, groups: LayerGroups, choices: list[int]) -> list[tup
     return out
 
 
+def _refine_stats(refiner: StageRefiner | None) -> dict:
+    """The stage IP's share of the search statistics."""
+    if refiner is None:
+        return {}
+    st = refiner.stats
+    return {"stage_ip_solves": st.solves, "stage_ip_hits": st.hits, "stage_ip_time": st.seconds,
+            "stage_ip_kept": st.kept, "stage_ip_rejected": st.rejected, "stage_ip_skipped": st.skipped,
+            "dp_resolves": st.resolves, "dp_new_plans": st.new_plans}
+
+
 def _message(groups: LayerGroups, choices: list[int], costs: StageCosts, found, grid, winner: str, ev: Evaluation,
-             problem: Problem, refine: bool) -> str:
+             problem: Problem, refiner: StageRefiner | None, reports: list[StageReport] | None) -> str:
     """The certificate's statement of the space searched and of what is proven."""
     shapes = sorted({s.shape for o in _orders(problem) for s in submeshes(problem, o)},
                     key=lambda x: tuple(int(p) for p in x.split("x")))
@@ -242,11 +250,23 @@ def _message(groups: LayerGroups, choices: list[int], costs: StageCosts, found, 
     elif groups.num_groups > GRID_MAX_GROUPS:
         others += f"; grid (dp, fsdp, tp, pp) not judged: {groups.num_groups} layer groups > {GRID_MAX_GROUPS}"
     how = "best of the SPMD baselines and the sharding IP" if costs.use_ip else "best of the SPMD baselines"
+    if refiner is None:
+        stages = "chosen stages: group layouts composed (no stage IP)"
+    else:
+        st = refiner.stats
+        cut = (" (a stage IP hit its wall-clock safety net)" if st.clock_cut else "") + (
+            f" ({st.skipped} stage(s) left to their baselines: the IPs' time share was spent)" if st.skipped else "")
+        stages = (f"chosen stages: group layouts composed, then each sharded stage solved by the stage IP on its "
+                  f"submesh (work-limited, cached per range signature × mesh class: {st.solves} solves, {st.hits} "
+                  f"hits{cut}), its layout kept only where evaluate says the whole plan is no worse ({st.kept} kept, "
+                  f"{st.rejected} not); the kept stages' evaluated times put back into the stage table and the DP "
+                  f"re-solved ({st.resolves} re-solve(s), {st.new_plans} new plan(s))")
+    per_stage = report_text(reports) if reports else "baselines only (not a stage-DP plan)"
     return (f"stage DP optimal over contiguous ranges of {groups.num_groups} layer groups × submeshes "
-            f"{{{', '.join(shapes)}}} × microbatches {{{', '.join(map(str, choices))}}} under the additive "
-            f"stage model (each group's sharding per mesh: {how}; {costs.stats.solves} solves, {statuses}{clock}); "
-            f"chosen stages: group layouts composed{', refined by the stage IP (layers tied)' if refine else ''}; "
-            f"best under evaluate: {winner} ({ev.step_time * 1e3:.6g} ms per step); candidates: {others}")
+            f"{{{', '.join(shapes)}}} × microbatches {{{', '.join(map(str, choices))}}} given its stage costs "
+            f"(additive over groups; each group's sharding per mesh: {how}; {costs.stats.solves} solves, "
+            f"{statuses}{clock}); {stages}; best under evaluate: {winner} ({ev.step_time * 1e3:.6g} ms per step); "
+            f"its stages' sharding: {per_stage}; candidates: {others}")
 
 
 class Cluster:

@@ -167,6 +167,9 @@ def test_compute_heavy_model_gets_sharded_stages_on_all_16_devices(heavy_mlp):
     cert = sol.certificate
     assert cert.solver == "cluster" and cert.status is Status.HEURISTIC
     assert "contiguous ranges of 4 layer groups" in cert.message and "2x8" in cert.message
+    # what is proven of each stage's sharding: the stage IP's gap (its stages are sharded)
+    assert "its stages' sharding: stage 0: groups 0-" in cert.message and "stage IP optimal gap" in cert.message
+    assert ans.stats["stage_ip_solves"] >= 1
     assert {d for s in sol.stages for d in s.devices} == set(range(16))
     assert sol.num_stages >= 2 and all(s.mesh_axes for s in sol.stages)
     mine = per_microbatch(sol, ans.evaluation)
