@@ -20,6 +20,7 @@ from planmap.errors import InputError
 from planmap.evaluate import Evaluation
 from planmap.io import INPUT_KINDS, read_input, sha256_input
 from planmap.plan.canonical import CANONICAL_ROLES, canonical_sha256_of
+from planmap.plan.certificate import certificate_message
 from planmap.plan.document import (
     FORMAT_VERSION,
     DevicePrediction,
@@ -177,10 +178,13 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
                                   capacity=None if not np.isfinite(cap[d]) else int(cap[d]),
                                   load_ns=ns(evaluation.load[d]) or 0)
                  for d in range(topo.num_devices) if evaluation.memory[d] > 0 or evaluation.load[d] > 0])
+    gap = None if cert.gap is None else round(float(cert.gap), 6)
+    options = {k: v for k, v in sorted(cert.options.items())}
+    # the message is derived from the structured fields (planmap.plan.certificate): the solver's free-text
+    # remarks are not recorded, since check could not verify them without solving again
     solver = SolverDoc(name=cert.solver, version=cert.version, backend=cert.backend, status=str(cert.status),
-                       objective_ns=ns(cert.objective), bound_ns=ns(cert.bound),
-                       gap=None if cert.gap is None else round(float(cert.gap), 6),
-                       options={k: v for k, v in sorted(cert.options.items())}, message=cert.message)
+                       objective_ns=ns(cert.objective), bound_ns=ns(cert.bound), gap=gap, options=options,
+                       message=certificate_message(str(cert.status), ns(cert.objective), ns(cert.bound), gap, options))
     data_args = [a.index for a in problem.original.args if a.role == "data"]
     return document(
         name=name or problem.name, generator=f"planmap {__version__}", objective=problem.objective,

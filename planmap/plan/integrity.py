@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from planmap.errors import InputError, PlanmapError
+from planmap.plan.certificate import certificate_rules
 from planmap.plan.document import PlanDocument, body_digest, render
 from planmap.plan.files import load, stale_inputs
 
@@ -119,21 +120,6 @@ def certificate_problems(doc: PlanDocument) -> list[str]:
     return out
 
 
-def _option_problems(doc: PlanDocument, spec) -> list[str]:
-    """Recorded solver options the spec fixes (``seed``: no CLI flag overrides it) or bounds (time limit,
-    gap, threads: the CLI may override them, but only with valid values)."""
-    o, s, out = doc.solver.options, spec.spec.solver, []
-    if "seed" in o and o["seed"] != s.seed:
-        out.append(f"seed {o['seed']!r}, the spec's is {s.seed}")
-    checks = (("time_limit", (int, float), lambda v: v > 0, "a positive number of seconds"),
-              ("rel_gap", (int, float), lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-              ("threads", int, lambda v: v >= 1, "a whole number >= 1"))
-    for key, kind, ok, what in checks:
-        if key in o and (isinstance(o[key], bool) or not isinstance(o[key], kind) or not ok(o[key])):
-            out.append(f"{key} {o[key]!r} is not {what}")
-    return out
-
-
 def _field_problems(recorded: PlanDocument, rebuilt: PlanDocument) -> list[str]:
     """One message per top-level field whose recorded value is not the re-derived one."""
     out = []
@@ -220,11 +206,12 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     if swapped:
         report.problems += [f"inputs differ from the spec's: {m}" for m in swapped]
         return report
-    options = _option_problems(doc, spec)
-    if options:
-        report.problems += [f"solver options differ from the spec's: {m}" for m in options]
-        return report
     problem = build_problem(spec)
+    wrong, old = certificate_rules(doc, spec, problem)
+    report.stale += [f"{m}; regenerate with: {plan.regenerate_command()}" for m in old]
+    if wrong:
+        report.problems += [f"certificate does not follow from the spec: {m}" for m in wrong]
+        return report
     try:
         solution = to_solution(problem, doc)
     except InputError as e:
