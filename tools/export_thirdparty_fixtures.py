@@ -26,8 +26,8 @@ dependency (versions: tests/fixtures/thirdparty/PROVENANCE.md). Not run in CI::
     .venv/bin/python tools/export_thirdparty_fixtures.py [--only NAME ...] [OUT_DIR]
 
 ``--plans`` (needs neither framework) re-solves the committed plans beside the specs instead:
-``plans/<spec>.sharding.plan.yaml`` (from ``<spec>.sharding.yaml``, ``solver: sharding``, under the spec's 30 s limit: the IP's
-answer may differ from run to run) and ``plans/<spec>.plan.yaml`` (``auto``, the whole-cluster planner).
+``plans/<spec>.sharding.plan.yaml`` (from ``<spec>.sharding.yaml``, ``solver: sharding``, under the spec's 30 s
+limit: the IP's answer may differ from run to run) and ``plans/<spec>.plan.yaml`` (``auto``, the whole-cluster planner).
 """
 
 from __future__ import annotations
