@@ -120,6 +120,32 @@ def certificate_problems(doc: PlanDocument) -> list[str]:
     return out
 
 
+def mesh_problems(doc: PlanDocument, ev) -> list[str]:
+    """A stage whose layout splits nothing runs the same on any shape of its devices: it must record its mesh
+    in the canonical form the solver writes (:func:`planmap.sharding.solution.mesh_axes`: one axis ``a0`` over
+    all its devices), so a reshaped mesh is not a second plan with the same evaluation. ``ev``: the plan's
+    evaluation (whole-cluster stages carry their complete layouts; a one-stage SPMD plan records every op
+    result's spec, so its recorded specs tell)."""
+    from planmap.sharding.solution import REPLICATED_AXIS
+
+    if ev.stages:
+        flat = [(doc.stages[k], not any(dim for spec in se.layout.layout.values() for dim in spec))
+                for k, se in enumerate(ev.stages) if k < len(doc.stages)]
+    elif len(doc.stages) == 1 and doc.stages[0].mesh is not None and (doc.shardings.args or doc.shardings.values):
+        entries = [*doc.shardings.args, *doc.shardings.values]
+        flat = [(doc.stages[0], all(x is None for e in entries for x in e.spec))]
+    else:
+        return []
+    out = []
+    for st, replicated in flat:
+        want = ([REPLICATED_AXIS], [len(st.devices)])
+        if replicated and st.mesh is not None and (st.mesh.axis_names, st.mesh.axis_sizes) != want:
+            out.append(f"stage {st.id} splits nothing, so its mesh is recorded as one axis {REPLICATED_AXIS} of its "
+                       f"{len(st.devices)} devices (the canonical form), not {st.mesh.axis_names} "
+                       f"{st.mesh.axis_sizes}")
+    return out
+
+
 def _field_problems(recorded: PlanDocument, rebuilt: PlanDocument) -> list[str]:
     """One message per top-level field whose recorded value is not the re-derived one."""
     out = []
@@ -228,6 +254,7 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     ev = evaluate(problem, solution)
     rebuilt = make_plan(problem, solution, ev, spec=spec, plan_path=path)  # the name is the spec's
     found = [f"infeasible: {v}" for v in ev.violations] + _field_problems(doc, _as_recorded(doc, rebuilt))
+    found += [f"non-canonical mesh: {m}" for m in mesh_problems(doc, ev)]
     # an intact plan (digest matches) written by another planmap version that no longer follows from its inputs
     # is out of date (the cost model changed), not broken; from this very version it is forged
     intact = doc.digest is not None and doc.digest == body_digest(doc) and doc.generator != rebuilt.generator
