@@ -13,8 +13,9 @@
 - **options**: ``time_limit``, ``rel_gap``, ``threads`` and ``seed`` (and ``backend`` when one ran) equal the
   spec's ``solver`` section with its defaults filled exactly as ``solve`` fills them
   (:meth:`planmap.problem.SolveOptions.from_spec`), and backend ``passthrough`` options equal the spec's
-  ``solver.options``. CLI overrides (``--time-limit``, ``--gap``, ``--threads``) therefore give a plan that
-  fails check: a committed plan must follow from its spec alone.
+  ``solver.options``, and ``checkpoint_sha256`` (a DQN's) is the hash of the checkpoint input. CLI overrides
+  (``--time-limit``, ``--gap``, ``--threads``) therefore give a plan that fails check: a committed plan must
+  follow from its spec alone.
 - **message**: not free text. It is :func:`certificate_message` of the structured fields (status, objective,
   bound, gap, time limit), written by :func:`planmap.plan.build.make_plan`, so check re-renders it like any
   derived field. The solver's own remarks (candidates it judged, warm starts) cannot be checked without
@@ -91,6 +92,10 @@ def certificate_rules(doc: Any, spec: Any, problem: Any) -> tuple[list[str], lis
 
     s, spec_solver = doc.solver, spec.spec.solver
     problems = _option_problems(dict(s.options), spec_solver, s.backend)
+    checkpoint = next((i.sha256 for i in doc.inputs if i.role == "checkpoint"), None)
+    if s.options.get("checkpoint_sha256") != checkpoint:
+        problems.append(f"option checkpoint_sha256 {s.options.get('checkpoint_sha256')!r} is not the hash of the "
+                        f"checkpoint input ({checkpoint!r})")
     allowed = solver_choices(problem, spec_solver.name, recorded=True)
     if s.name not in allowed:
         problems.append(f"solver {s.name!r} is not one the spec allows (solver.name {spec_solver.name!r}: "

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from planmap.errors import InputError, PlanmapError
 from planmap.plan.certificate import certificate_rules
-from planmap.plan.document import PlanDocument, body_digest, render
+from planmap.plan.document import FORMAT_VERSION, PlanDocument, body_digest, render
 from planmap.plan.files import load, stale_inputs
 
 __all__ = ["CheckReport", "IntegrityError", "check", "verify", "certificate_problems", "decision_problems"]
@@ -117,6 +117,8 @@ def certificate_problems(doc: PlanDocument) -> list[str]:
                        f"{s.objective_ns} ns and bound {s.bound_ns} ns")
     if s.status in (Status.OPTIMAL, Status.GAP_REACHED) and s.bound_ns is None:
         out.append(f"certificate status {s.status} claims a proof but records no bound")
+    if s.status == Status.HEURISTIC and s.bound_ns is not None:
+        out.append(f"certificate status {s.status} means no bound, but it records the bound {s.bound_ns} ns")
     return out
 
 
@@ -178,15 +180,21 @@ def _spec_inputs(plan, spec) -> list[str]:
     return out
 
 
+def _format(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
+
+
 def _as_recorded(recorded: PlanDocument, rebuilt: PlanDocument) -> PlanDocument:
     """The re-derived document in the recorded plan's terms: its format version, no canonical hashes when it
     recorded none (format 1.1), and the recorded byte hash of an input whose content hash still matches (a
     comment edit changes the bytes, not the meaning)."""
     old = {i.role: i for i in recorded.inputs}
+    before_canonical = _format(recorded.format_version) < (1, 2)  # format 1.2 added canonical_sha256
     inputs = []
     for inp in rebuilt.inputs:
         was = old.get(inp.role)
-        if was is not None and was.canonical_sha256 is None:
+        if before_canonical or (was is not None and was.canonical_sha256 is None):
             inp = inp.model_copy(update={"canonical_sha256": None})
         if was is not None and was.canonical_sha256 is not None and was.canonical_sha256 == inp.canonical_sha256:
             inp = inp.model_copy(update={"sha256": was.sha256})
@@ -219,6 +227,9 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
                                    f"{plan.regenerate_command()}")
         else:
             report.stale.append(f"stale: {role} input {p} changed; regenerate with: {plan.regenerate_command()}")
+    if _format(doc.format_version) > _format(FORMAT_VERSION):
+        report.stale.append(f"the plan is in format {doc.format_version}, newer than this planmap writes "
+                            f"({FORMAT_VERSION}), so its fields cannot all be checked: upgrade planmap")
     report.problems += [f"inconsistent certificate: {m}" for m in certificate_problems(doc)]
     blocking = [f"invalid decisions: {m}" for m in decision_problems(doc)]
     spec_path = plan.spec_path
