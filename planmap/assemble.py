@@ -73,7 +73,8 @@ def _microbatches(model: Any, graph: OpGraph, topo: Topology) -> int:
             mb = 2 * max(1, len(topo.accelerators))
     if model.global_batch and batch and model.global_batch != batch * mb:
         raise PlanmapError(f"globalBatch {model.global_batch} != the artifact's batch {batch} x microbatches {mb}: "
-                              "the artifact is run once per microbatch, so export it at globalBatch / microbatches")
+                           "the artifact is run once per microbatch, so export it at globalBatch / microbatches",
+                           code="value")
     return int(mb)
 
 
