@@ -88,7 +88,7 @@ def test_plan_file_round_trip_and_check(tmp_path):
     spec_path.write_text(text)
     spec = load_spec(spec_path)
     problem = build_problem(spec)
-    result = solve(problem, "megatron", SolveOptions(time_limit=60))
+    result = solve(problem, "megatron", SolveOptions.from_spec(spec.spec.solver))  # check: the spec's options
     path = tmp_path / "p.plan.yaml"
     doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=spec, plan_path=path)
     plan_mod.save(doc, path, header_lines=[])
