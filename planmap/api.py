@@ -51,9 +51,10 @@ def _limit_seconds(time_limit: Any, spec_ns: float) -> float:
         try:
             return parse_duration(time_limit) / 1e9
         except ValueError as e:
-            raise InputError(f"--time-limit: {e}") from None
+            raise InputError(f"--time-limit: {e}", code="value") from None
     if not (isinstance(time_limit, int | float) and math.isfinite(time_limit) and time_limit > 0):
-        raise InputError(f"time limit must be a positive number of seconds or a string like '60s', got {time_limit!r}")
+        raise InputError(f"time limit must be a positive number of seconds or a string like '60s', got {time_limit!r}",
+                         code="value")
     return float(time_limit)
 
 
@@ -198,7 +199,7 @@ class Plan:
 
         model = next((inp for inp in self.document.inputs if inp.role == "model"), None)
         if model is None:
-            raise InputError(f"plan {self.document.name!r} records no model input")
+            raise InputError(f"plan {self.document.name!r} records no model input", code="plan-input")
         return len(load_model(self.base / model.path).args)
 
 

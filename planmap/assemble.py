@@ -76,7 +76,8 @@ def _microbatches(model: Any, graph: OpGraph) -> tuple[int, tuple[int, ...]]:
         mb = max(1, model.global_batch // batch)
     if model.global_batch and batch and model.global_batch != batch * mb:
         raise PlanmapError(f"globalBatch {model.global_batch} != the artifact's batch {batch} x microbatches {mb}: "
-                              "the artifact is run once per microbatch, so export it at globalBatch / microbatches")
+                           "the artifact is run once per microbatch, so export it at globalBatch / microbatches",
+                           code="value")
     return int(mb), ()
 
 

@@ -112,7 +112,7 @@ class CostModel:
         for t in range(types):
             compute[:, t], launch[:, t] = _type_times(graph, topology, t, k)
         if master_dtype is not None and master_dtype not in MASTER_DTYPES:
-            raise InputError(f"master dtype {master_dtype!r} is not one of {', '.join(MASTER_DTYPES)}")
+            raise InputError(f"master dtype {master_dtype!r} is not one of {', '.join(MASTER_DTYPES)}", code="value")
         remat = bool(remat and mode == Mode.TRAINING and graph.backward.any())
         if remat:  # a layer's forward runs again in its backward: its nodes cost twice (launches too)
             again = layer_forward(graph).astype(float)[:, None]
@@ -253,7 +253,8 @@ def _type_times(graph: OpGraph, topo: Topology, t: int, kernels: np.ndarray) -> 
             return np.where(np.isnan(m), math.inf, m), np.zeros(graph.num_nodes)
     if graph.measured and not graph.flops.any() and not graph.bytes_accessed.any():
         raise InputError(f"the profiled graph {graph.name!r} has no times for device type "
-                         f"{topo.type_names[t]!r} (kind {kind}); it has: {', '.join(graph.measured)}")
+                         f"{topo.type_names[t]!r} (kind {kind}); it has: {', '.join(graph.measured)}",
+                         code="reference")
     dtypes = np.asarray(graph.dtype, dtype=object)
     peak = np.empty(graph.num_nodes)
     for dt in set(graph.dtype):

@@ -63,7 +63,7 @@ def max_bytes(kind: str) -> int:
     except ValueError:
         value = -1
     if value < 1:
-        raise InputError(f"{var}={raw!r} is not a positive number of bytes")
+        raise InputError(f"{var}={raw!r} is not a positive number of bytes", code="limit")
     return value
 
 

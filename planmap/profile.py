@@ -106,7 +106,7 @@ def load_profile(path: str | Path) -> Profile:
         raise InputError(f"{p}: malformed profile ({type(e).__name__}: {e})") from None
     known = np.append(secs[~np.isnan(secs)], prof.program_seconds or 0.0)
     if (known < 0).any() or not np.isfinite(known).all():
-        raise InputError(f"{p}: a profile's times must be finite and >= 0 seconds")
+        raise InputError(f"{p}: a profile's times must be finite and >= 0 seconds", code="range")
     return prof
 
 

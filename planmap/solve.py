@@ -20,7 +20,7 @@ from planmap.problem import Problem, Solution, SolveOptions, Status, relative_ga
 from planmap.units import format_bytes
 from planmap.vocabulary import Mode
 
-__all__ = ["SolveResult", "solve", "memory_precheck", "CLAIM_TOLERANCE"]
+__all__ = ["SolveResult", "solve", "memory_precheck", "solver_choices", "installed_version", "CLAIM_TOLERANCE"]
 
 CLAIM_TOLERANCE = 1e-6  # relative disagreement between a solver's claim and the evaluator
 
@@ -67,6 +67,27 @@ def memory_precheck(problem: Problem) -> None:
             f"{'pins / supported devices' if len(allowed) < topo.num_devices else 'device memory'}")
 
 
+def solver_choices(problem: Problem, solver: str, *, recorded: bool = False) -> list[str]:
+    """The solvers a solve with ``solver`` runs: the one named, or ``auto``'s candidates for this problem, in the
+    order ``auto`` tries them; ``recorded``: also the other names their answers may carry (a baseline's)."""
+    from planmap import solvers
+
+    names = solvers.auto_candidates(problem) if solver == "auto" else [solver]
+    if recorded:
+        names = list(dict.fromkeys(n for name in names for n in (name, *solvers.RECORDED_AS.get(name, ()))))
+    return names
+
+
+def installed_version(solver: str, problem: Problem) -> tuple[str | None, bool]:
+    """``(version, is MIP solver)`` of this installation's ``solver`` for ``problem``'s objective: the version its
+    certificates carry (None: it declares none), and whether its certificates may name a MIP backend. Raises
+    :class:`SolverUnavailableError` when the solver is unknown or not installed."""
+    from planmap import solvers
+
+    mip = solver in solvers.MIP_SOLVERS or solver not in solvers.BUILTIN
+    return solvers.version(solver, str(problem.objective)), mip
+
+
 def _run(name: str, problem: Problem, options: SolveOptions) -> Solution:
     from planmap import solvers
 
@@ -84,12 +105,10 @@ def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None =
     (e.g. the DP exact within one host only) warm-starts the next candidate, and the best answer
     under the evaluator wins. The time limit is for the whole chain.
     """
-    from planmap import solvers
-
     options = options or SolveOptions()
     memory_precheck(problem)
     t0 = time.perf_counter()
-    names = solvers.auto_candidates(problem) if solver == "auto" else [solver]
+    names = solver_choices(problem, solver)
     tried: list[tuple[str, str]] = []
     best: tuple[float, str, Solution] | None = None
     for name in names:

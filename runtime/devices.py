@@ -76,7 +76,7 @@ def map_devices(doc: PlanDocument, devices: Sequence | None = None) -> dict[str,
             if d not in names:
                 names.append(d)
     if len(set(names)) != len(names):
-        raise InputError(f"the plan's mesh lists a device twice: {names}")
+        raise InputError(f"the plan's mesh lists a device twice: {names}", code="plan-decision")
     if devices is not None:
         pool = list(devices)
         if len(pool) < len(names):
@@ -131,15 +131,16 @@ def _mesh(devs: list, axis_names: Sequence[str], axis_sizes: Sequence[int]):
 def _stage_mesh(doc: PlanDocument, st: StageDoc, device_map: dict[str, object], batch: int | None) -> StageMesh:
     devs = [device_map[d] for d in st.devices]
     if len(set(st.devices)) != len(st.devices):
-        raise InputError(f"plan stage {st.id} lists a device twice: {st.devices}")
+        raise InputError(f"plan stage {st.id} lists a device twice: {st.devices}", code="plan-decision")
     if st.mesh is not None:
         if len(st.mesh.axis_names) != len(st.mesh.axis_sizes):
             raise InputError(f"plan stage {st.id}: its mesh has {len(st.mesh.axis_names)} axis names "
-                             f"but {len(st.mesh.axis_sizes)} sizes")
+                             f"but {len(st.mesh.axis_sizes)} sizes", code="plan-decision")
         if int(np.prod(st.mesh.axis_sizes)) != len(devs):
             mesh = dict(zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True))
             raise InputError(f"plan stage {st.id}: its mesh {mesh} "
-                             f"requires {int(np.prod(st.mesh.axis_sizes))} devices, but the stage has {len(devs)}")
+                             f"requires {int(np.prod(st.mesh.axis_sizes))} devices, but the stage has {len(devs)}",
+                             code="plan-decision")
         names, sizes = _fit_batch(st.mesh.axis_names, st.mesh.axis_sizes, batch)
         return StageMesh(_mesh(devs, names, sizes), "own")
     if len(devs) == 1:

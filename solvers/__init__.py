@@ -26,7 +26,8 @@ from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.problem import Problem, Solver
 from planmap.vocabulary import ObjectiveKind
 
-__all__ = ["BUILTIN", "SolverInfo", "available", "get", "import_solver_module", "names", "auto_candidates"]
+__all__ = ["BUILTIN", "SolverInfo", "available", "get", "import_solver_module", "names", "auto_candidates", "version",
+           "MIP_SOLVERS", "RECORDED_AS"]
 
 BUILTIN = MappingProxyType({
     "ip": "planmap.solvers.ip:IP",
@@ -44,6 +45,15 @@ BUILTIN = MappingProxyType({
     "cluster": "planmap.solvers.cluster.solver:Cluster",
     "dqn": "planmap.solvers.dqn.solver:DQN",
 })
+
+# Built-in solvers whose certificate names a MIP backend (``backend``); every other built-in records none.
+MIP_SOLVERS = frozenset({"ip", "sharding"})
+# Names a solver's answer may carry besides its own: the sharding solver answers with its best SPMD baseline
+# (``replicated``, its fallback layout, is not a registry name) when the IP does not beat it.
+RECORDED_AS = MappingProxyType({"sharding": ("data-parallel", "fsdp", "megatron", "replicated")})
+# The module whose ``VERSION`` a solver's certificates carry, where it is not the registered module's.
+_VERSION_MODULES = {("ip", ObjectiveKind.LATENCY): "planmap.solvers.latency.report",
+                    ("ip", ObjectiveKind.THROUGHPUT): "planmap.solvers.pipeline.ip"}
 
 # What each module needs beyond the core, for the "how to install" hint.
 _EXTRAS = {"ip": "ip", "metis": "ip", "sharding": "ip", "dqn": "dqn"}
@@ -125,3 +135,16 @@ def auto_candidates(problem: Problem) -> list[str]:
     if problem.contiguous:
         return ["dp", "pipedream", "local-search", "even"]
     return ["ip", "dp", "local-search", "even"]
+
+
+def version(name: str, objective: str) -> str | None:
+    """The version this installation's solver ``name`` writes into its certificates for ``objective`` (the
+    ``VERSION`` of its module), or None when the solver does not declare one (a third-party solver).
+    Raises like :func:`get` for an unknown or uninstalled solver."""
+    targets = _targets()
+    name = next((ran for ran, names in RECORDED_AS.items() if name not in targets and name in names), name)
+    if name not in targets:
+        raise PlanmapError(f"unknown solver {name!r}; available: {', '.join(sorted(targets))}")
+    module = _VERSION_MODULES.get((name, ObjectiveKind(objective)), targets[name].partition(":")[0])
+    found = getattr(import_solver_module(module, f"solver {name!r}", _EXTRAS.get(name)), "VERSION", None)
+    return None if found is None else str(found)

@@ -26,8 +26,8 @@ dependency (versions: tests/fixtures/thirdparty/PROVENANCE.md). Not run in CI::
     .venv/bin/python tools/export_thirdparty_fixtures.py [--only NAME ...] [OUT_DIR]
 
 ``--plans`` (needs neither framework) re-solves the committed plans beside the specs instead:
-``plans/<spec>.sharding.plan.yaml`` (``planmap solve --solver sharding``, under the spec's 30 s limit: the IP's
-answer may differ from run to run) and ``plans/<spec>.plan.yaml`` (``auto``, the whole-cluster planner).
+``plans/<spec>.sharding.plan.yaml`` (from ``<spec>.sharding.yaml``, ``solver: sharding``, under the spec's 30 s
+limit: the IP's answer may differ from run to run) and ``plans/<spec>.plan.yaml`` (``auto``, the whole-cluster planner).
 """
 
 from __future__ import annotations
@@ -243,17 +243,17 @@ EXPORTS = {"hf_bert": bert, "hf_gpt2": gpt2, "hf_gpt2_train": gpt2_train, "hf_t5
 
 
 def solve_plans(folder: Path) -> None:
-    """``planmap solve`` every spec in ``folder`` with the sharding solver and with ``auto``, into ``folder/plans``."""
+    """``planmap solve`` every spec in ``folder`` (each model's auto and sharding specs) into ``folder/plans``."""
     from planmap.cli import main as cli
 
     here = Path.cwd()
     os.chdir(folder)
     try:
+        # <name>.yaml solves with auto, <name>.sharding.yaml (the same spec, solver: sharding) with the sharding
+        # solver: a plan follows from its spec alone (`planmap check` rejects a --solver override)
         for spec in sorted(Path(".").glob("*.yaml")):
-            for solver, suffix in (("sharding", ".sharding.plan.yaml"), (None, ".plan.yaml")):
-                flags = ["--solver", solver] if solver else []
-                if cli(["solve", spec.name, *flags, "-o", f"plans/{spec.stem}{suffix}", "-q"]) != 0:
-                    raise SystemExit(f"planmap solve {spec} failed")
+            if cli(["solve", spec.name, "-o", f"plans/{spec.stem}.plan.yaml", "-q"]) != 0:
+                raise SystemExit(f"planmap solve {spec} failed")
     finally:
         os.chdir(here)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from planmap.cli.consoles import console
@@ -61,6 +62,7 @@ def solve(
                                          progress=progress, on_problem=solving)
             interrupted = _interrupted(result.solution.certificate.status)
             doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=loaded, plan_path=plan_path)
+            _warn_unchecked(doc, loaded, problem)
             keep = interrupted is not None and plan_path.exists() and not write_interrupted
             if not keep:
                 plan_mod.save(doc, plan_path, header_lines=plan_mod.header(spec, plan_path, extra))
@@ -82,6 +84,16 @@ def solve(
     for name, why in result.tried:
         err.print(f"[dim]auto: {name}: {why}[/]")
     print_summary(out, data)
+
+
+def _warn_unchecked(doc, loaded, problem) -> None:
+    """Say so when CLI overrides made a plan that does not follow from its spec (check and run refuse it)."""
+    from planmap.plan.certificate import certificate_rules
+
+    wrong, _ = certificate_rules(doc, loaded, problem)
+    if wrong:
+        err.print("[yellow]warning:[/] the plan does not follow from its spec, so `planmap check` and `planmap run` "
+                  f"refuse it (an experiment: `run --unchecked` runs it): {escape('; '.join(wrong))}")
 
 
 def _interrupted(status) -> int | None:

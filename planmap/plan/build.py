@@ -20,6 +20,7 @@ from planmap.errors import InputError
 from planmap.evaluate import Evaluation
 from planmap.io import INPUT_KINDS, read_input, sha256_input
 from planmap.plan.canonical import CANONICAL_ROLES, canonical_sha256_of
+from planmap.plan.certificate import certificate_message
 from planmap.plan.document import (
     FORMAT_VERSION,
     DevicePrediction,
@@ -180,10 +181,13 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
                                   capacity=None if not np.isfinite(cap[d]) else int(cap[d]),
                                   load_ns=ns(evaluation.load[d]) or 0)
                  for d in range(topo.num_devices) if evaluation.memory[d] > 0 or evaluation.load[d] > 0])
+    gap = None if cert.gap is None else round(float(cert.gap), 6)
+    options = {k: v for k, v in sorted(cert.options.items())}
+    # the message is derived from the structured fields (planmap.plan.certificate): the solver's free-text
+    # remarks are not recorded, since check could not verify them without solving again
     solver = SolverDoc(name=cert.solver, version=cert.version, backend=cert.backend, status=str(cert.status),
-                       objective_ns=ns(cert.objective), bound_ns=ns(cert.bound),
-                       gap=None if cert.gap is None else round(float(cert.gap), 6),
-                       options={k: v for k, v in sorted(cert.options.items())}, message=cert.message)
+                       objective_ns=ns(cert.objective), bound_ns=ns(cert.bound), gap=gap, options=options,
+                       message=certificate_message(str(cert.status), ns(cert.objective), ns(cert.bound), gap, options))
     data_args = [a.index for a in problem.original.args if a.role == "data"]
     return document(
         name=name or problem.name, generator=f"planmap {__version__}", objective=problem.objective,
@@ -201,23 +205,25 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
     stages = []
     for k, st in enumerate(doc.stages):
         if any(not 0 <= a <= b <= n_ops for a, b in st.ops):  # before expanding a range: [0, 10**12) is 7 TiB
-            raise InputError(f"plan stage {st.id} names op ids outside the artifact's {n_ops} ops")
+            raise InputError(f"plan stage {st.id} names op ids outside the artifact's {n_ops} ops",
+                             code="plan-decision")
         ids = ranges_to_ids(st.ops)
         if (stage_of_op[ids] >= 0).any():
-            raise InputError(f"plan stage {st.id} repeats ops of an earlier stage")
+            raise InputError(f"plan stage {st.id} repeats ops of an earlier stage", code="plan-decision")
         stage_of_op[ids] = k
         try:
             devs = tuple(topo.index(d) for d in st.devices)
         except KeyError as e:
-            raise InputError(f"plan stage {st.id}: {e.args[0]}") from None
+            raise InputError(f"plan stage {st.id}: {e.args[0]}", code="plan-decision") from None
         if len(set(devs)) != len(devs):
-            raise InputError(f"plan stage {st.id} lists a device twice ({', '.join(st.devices)})")
+            raise InputError(f"plan stage {st.id} lists a device twice ({', '.join(st.devices)})", code="plan-decision")
         axes = tuple(zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True)) if st.mesh else ()
         stages.append(Stage(devs, axes))
     covered = g.members[stage_of_op[g.members] >= 0]
     if len(covered) != len(g.members):
         missing = int(g.members[stage_of_op[g.members] < 0][0])
-        raise InputError(f"the plan places no stage on op {missing} ({problem.original.op_name[missing]!r})")
+        raise InputError(f"the plan places no stage on op {missing} ({problem.original.op_name[missing]!r})",
+                         code="plan-decision")
     node_stage = stage_of_op[g.members]
     lo = np.minimum.reduceat(node_stage, g.members_indptr[:-1])
     hi = np.maximum.reduceat(node_stage, g.members_indptr[:-1])
@@ -225,7 +231,7 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
     if len(split):
         i = int(split[0])
         raise InputError(f"the plan splits fused node {i} ({g.op_name[i]!r}) across stages; "
-                         "re-solve, or set constraints.coarsening: none")
+                         "re-solve, or set constraints.coarsening: none", code="plan-decision")
     shardings = None
     spmd_stage = (len(doc.stages) == 1 and doc.stages[0].mesh is not None
                   and doc.stages[0].mesh.axis_names == doc.mesh.axis_names

@@ -324,15 +324,17 @@ def parse(text: str, file: str) -> PlanDocument:
     if problem is not None:
         raise InputError(f"{file}: {problem}")
     if not isinstance(data, dict) or "format_version" not in data:
-        raise InputError(f"{file}: not a planmap plan (no format_version)")
+        raise InputError(f"{file}: not a planmap plan (no format_version)", code="plan-format")
     version = str(data["format_version"])
     major = FORMAT_VERSION.split(".")[0]
     if not re.match(r"^\d+\.\d+$", version) or version.split(".")[0] != major:
         raise InputError(f"{file}: plan format {version} is not readable by this planmap (reads {major}.x); "
-                         f"{'upgrade planmap' if version > FORMAT_VERSION else 're-solve the spec'}")
+                         f"{'upgrade planmap' if version > FORMAT_VERSION else 're-solve the spec'}",
+                         code="plan-format")
     try:
         return PlanDocument.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise InputError(f"{file}: invalid plan: {where}: {first['msg']} ({e.error_count()} error(s))") from None
+        raise InputError(f"{file}: invalid plan: {where}: {first['msg']} ({e.error_count()} error(s))",
+                         code="plan-schema") from None

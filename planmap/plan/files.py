@@ -40,7 +40,7 @@ class LoadedPlan:
     def model_path(self) -> Path:
         p = self.input_path("model")
         if p is None:
-            raise InputError(f"{self.path}: the plan records no model input")
+            raise InputError(f"{self.path}: the plan records no model input", code="plan-input")
         return p
 
     @property

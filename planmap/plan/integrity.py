@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from planmap.errors import InputError, PlanmapError
-from planmap.plan.document import PlanDocument, body_digest, render
+from planmap.plan.certificate import certificate_rules
+from planmap.plan.document import FORMAT_VERSION, PlanDocument, body_digest, render
 from planmap.plan.files import load, stale_inputs
 
 __all__ = ["CheckReport", "IntegrityError", "check", "verify", "certificate_problems", "decision_problems"]
@@ -116,21 +117,34 @@ def certificate_problems(doc: PlanDocument) -> list[str]:
                        f"{s.objective_ns} ns and bound {s.bound_ns} ns")
     if s.status in (Status.OPTIMAL, Status.GAP_REACHED) and s.bound_ns is None:
         out.append(f"certificate status {s.status} claims a proof but records no bound")
+    if s.status == Status.HEURISTIC and s.bound_ns is not None:
+        out.append(f"certificate status {s.status} means no bound, but it records the bound {s.bound_ns} ns")
     return out
 
 
-def _option_problems(doc: PlanDocument, spec) -> list[str]:
-    """Recorded solver options the spec fixes (``seed``: no CLI flag overrides it) or bounds (time limit,
-    gap, threads: the CLI may override them, but only with valid values)."""
-    o, s, out = doc.solver.options, spec.spec.solver, []
-    if "seed" in o and o["seed"] != s.seed:
-        out.append(f"seed {o['seed']!r}, the spec's is {s.seed}")
-    checks = (("time_limit", (int, float), lambda v: v > 0, "a positive number of seconds"),
-              ("rel_gap", (int, float), lambda v: 0 <= v <= 1, "a number in [0, 1]"),
-              ("threads", int, lambda v: v >= 1, "a whole number >= 1"))
-    for key, kind, ok, what in checks:
-        if key in o and (isinstance(o[key], bool) or not isinstance(o[key], kind) or not ok(o[key])):
-            out.append(f"{key} {o[key]!r} is not {what}")
+def mesh_problems(doc: PlanDocument, ev) -> list[str]:
+    """A stage whose layout splits nothing runs the same on any shape of its devices: it must record its mesh
+    in the canonical form the solver writes (:func:`planmap.sharding.solution.mesh_axes`: one axis ``a0`` over
+    all its devices), so a reshaped mesh is not a second plan with the same evaluation. ``ev``: the plan's
+    evaluation (whole-cluster stages carry their complete layouts; a one-stage SPMD plan records every op
+    result's spec, so its recorded specs tell)."""
+    from planmap.sharding.solution import REPLICATED_AXIS
+
+    if ev.stages:
+        flat = [(doc.stages[k], not any(dim for spec in se.layout.layout.values() for dim in spec))
+                for k, se in enumerate(ev.stages) if k < len(doc.stages)]
+    elif len(doc.stages) == 1 and doc.stages[0].mesh is not None and (doc.shardings.args or doc.shardings.values):
+        entries = [*doc.shardings.args, *doc.shardings.values]
+        flat = [(doc.stages[0], all(x is None for e in entries for x in e.spec))]
+    else:
+        return []
+    out = []
+    for st, replicated in flat:
+        want = ([REPLICATED_AXIS], [len(st.devices)])
+        if replicated and st.mesh is not None and (st.mesh.axis_names, st.mesh.axis_sizes) != want:
+            out.append(f"stage {st.id} splits nothing, so its mesh is recorded as one axis {REPLICATED_AXIS} of its "
+                       f"{len(st.devices)} devices (the canonical form), not {st.mesh.axis_names} "
+                       f"{st.mesh.axis_sizes}")
     return out
 
 
@@ -166,15 +180,21 @@ def _spec_inputs(plan, spec) -> list[str]:
     return out
 
 
+def _format(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
+
+
 def _as_recorded(recorded: PlanDocument, rebuilt: PlanDocument) -> PlanDocument:
     """The re-derived document in the recorded plan's terms: its format version, no canonical hashes when it
     recorded none (format 1.1), and the recorded byte hash of an input whose content hash still matches (a
     comment edit changes the bytes, not the meaning)."""
     old = {i.role: i for i in recorded.inputs}
+    before_canonical = _format(recorded.format_version) < (1, 2)  # format 1.2 added canonical_sha256
     inputs = []
     for inp in rebuilt.inputs:
         was = old.get(inp.role)
-        if was is not None and was.canonical_sha256 is None:
+        if before_canonical or (was is not None and was.canonical_sha256 is None):
             inp = inp.model_copy(update={"canonical_sha256": None})
         if was is not None and was.canonical_sha256 is not None and was.canonical_sha256 == inp.canonical_sha256:
             inp = inp.model_copy(update={"sha256": was.sha256})
@@ -209,6 +229,9 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
                                    f"{plan.regenerate_command()}")
         else:
             report.stale.append(f"stale: {role} input {p} changed; regenerate with: {plan.regenerate_command()}")
+    if _format(doc.format_version) > _format(FORMAT_VERSION):
+        report.stale.append(f"the plan is in format {doc.format_version}, newer than this planmap writes "
+                            f"({FORMAT_VERSION}), so its fields cannot all be checked: upgrade planmap")
     report.problems += [f"inconsistent certificate: {m}" for m in certificate_problems(doc)]
     blocking = [f"invalid decisions: {m}" for m in decision_problems(doc)]
     spec_path = plan.spec_path
@@ -222,12 +245,13 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     if swapped:
         report.problems += [f"inputs differ from the spec's: {m}" for m in swapped]
         return report
-    options = _option_problems(doc, spec)
-    if options:
-        report.problems += [f"solver options differ from the spec's: {m}" for m in options]
+    problem = build_problem(spec, remat=plan_remat(spec, doc))
+    wrong, old = certificate_rules(doc, spec, problem)
+    report.stale += [f"{m}; regenerate with: {plan.regenerate_command()}" for m in old]
+    if wrong:
+        report.problems += [f"certificate does not follow from the spec: {m}" for m in wrong]
         return report
     try:
-        problem = build_problem(spec, remat=plan_remat(spec, doc))
         solution = to_solution(problem, doc)
     except InputError as e:
         report.problems.append(f"decisions do not fit the model: {e}")
@@ -248,6 +272,7 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     ev = evaluate(problem, solution)
     rebuilt = make_plan(problem, solution, ev, spec=spec, plan_path=path)  # the name is the spec's
     found = [f"infeasible: {v}" for v in ev.violations] + _field_problems(doc, _as_recorded(doc, rebuilt))
+    found += [f"non-canonical mesh: {m}" for m in mesh_problems(doc, ev)]
     # an intact plan (digest matches) written by another planmap version that no longer follows from its inputs
     # is out of date (the cost model changed), not broken; from this very version it is forged
     intact = doc.digest is not None and doc.digest == body_digest(doc) and doc.generator != rebuilt.generator

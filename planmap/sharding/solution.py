@@ -16,6 +16,7 @@ one problem per mesh, so the evaluator and the solvers build them once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,8 +27,8 @@ from planmap.sharding.specs import Spec, from_partition_spec, is_valid, partitio
 from planmap.sharding.spmd import propagate
 from planmap.sharding.tables import ShardingTables, graph_outputs
 
-__all__ = ["TablesCache", "tables_cache", "axis_names", "spmd_solution", "solution_mesh", "solution_overrides",
-           "layout_of", "pinned_layout"]
+__all__ = ["TablesCache", "tables_cache", "axis_names", "mesh_axes", "REPLICATED_AXIS", "spmd_solution",
+           "solution_mesh", "solution_overrides", "layout_of", "pinned_layout"]
 
 
 class TablesCache:
@@ -75,6 +76,19 @@ def axis_names(tables: ShardingTables, specs: Mapping[int, Spec]) -> tuple[str, 
     return tuple(names)
 
 
+REPLICATED_AXIS = "a0"  # the one axis of a layout that splits nothing (the canonical form of its mesh)
+
+
+def mesh_axes(names: Sequence[str], sizes: Sequence[int], specs: Mapping[int, Spec]) -> tuple[tuple[str, int], ...]:
+    """The ``(axis, size)`` pairs a plan records for a layout on a mesh of these axes. A layout that uses no axis
+    (every value replicated) runs the same on any shape of its devices, so its mesh is written in one canonical
+    form — one axis ``a0`` over all of them — and ``planmap check`` requires that form: otherwise a reshaped mesh
+    would be a different plan with the same evaluation."""
+    if not any(dim for spec in specs.values() for dim in spec):
+        return ((REPLICATED_AXIS, math.prod(sizes)),)
+    return tuple(zip(names, sizes, strict=True))
+
+
 def spmd_solution(problem: Any, tables: ShardingTables, specs: Mapping[int, Spec], certificate: Any) -> Any:
     """The Solution of a complete layout (``{value id: spec}``, e.g. from :func:`propagate`) on
     ``tables.mesh``: one stage over the mesh, role-named axes, compressed shardings."""
@@ -82,7 +96,7 @@ def spmd_solution(problem: Any, tables: ShardingTables, specs: Mapping[int, Spec
 
     g, mesh = tables.graph, tables.mesh
     names = axis_names(tables, specs)
-    axes = tuple(zip(names, mesh.axis_sizes, strict=True))
+    axes = mesh_axes(names, mesh.axis_sizes, specs)
     arg_of = {a.value: a.index for a in g.args}
     args, values = {}, {}
     for v, spec in sorted(pinned_layout(tables, specs).items()):

@@ -28,7 +28,7 @@ import numpy as np
 
 from planmap.sharding.mesh import LogicalMesh
 from planmap.sharding.owner import argument_owners, held_spec
-from planmap.sharding.solution import axis_names, pinned_layout
+from planmap.sharding.solution import axis_names, mesh_axes, pinned_layout
 from planmap.sharding.specs import Spec, from_partition_spec, is_valid, partition_spec, replicated
 from planmap.sharding.spmd import Propagation
 from planmap.sharding.stage import StageMap, stage_map, stage_tables
@@ -248,7 +248,7 @@ def stages_solution(problem: Any, assignment: np.ndarray, layouts: Sequence[tupl
         own_args = {k: s for k, s in specs.items() if k not in other}
         names = ("_",) if single else axis_names(tables, own_args)
         stages.append(Stage(tuple(int(d) for d in tables.mesh.devices),
-                            () if single else tuple(zip(names, tables.mesh.axis_sizes, strict=True))))
+                            () if single else mesh_axes(names, tables.mesh.axis_sizes, specs)))
         for v, spec in sorted(_recorded(tables, specs).items()):
             entries = tuple(tuple(e) if isinstance(e, list) else e for e in partition_spec(spec, names))
             node = int(g.value_node[v])

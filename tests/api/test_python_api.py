@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -34,15 +35,23 @@ def test_api_plan_saves_the_bytes_the_cli_writes(workdir):
     saved = p.save("api/p.plan.yaml")
     assert main(["solve", f"specs/{SPEC}.yaml", "-o", "cli/p.plan.yaml", "--solver", "megatron", "-q"]) == 0
     assert saved.read_bytes() == (workdir / "cli" / "p.plan.yaml").read_bytes()
-    assert main(["check", "api/p.plan.yaml"]) == 0
+    assert main(["check", "api/p.plan.yaml"]) == 1  # --solver megatron overrides the spec's auto: an experiment
+
+
+def _spec_with_solver(workdir, solver: str) -> str:
+    """A copy of the example spec whose solver is ``solver`` (a plan checks only when it follows from its spec)."""
+    path = workdir / "specs" / f"{SPEC}-{solver}.yaml"
+    text = (workdir / "specs" / f"{SPEC}.yaml").read_text()
+    path.write_text(text.replace("    name: auto\n", f"    name: {solver}\n"))
+    return str(path)
 
 
 def test_load_plan_and_save_elsewhere_rebases_inputs(workdir):
-    planmap.plan(workdir / "specs" / f"{SPEC}.yaml", solver="data-parallel").save(workdir / "a" / "p.plan.yaml")
+    planmap.plan(_spec_with_solver(workdir, "data-parallel")).save(workdir / "a" / "p.plan.yaml")
     p = planmap.load_plan("a/p.plan.yaml")
-    assert p.regenerate == ["--solver", "data-parallel"]
+    assert p.regenerate == []
     out = p.save("b/deeper/p.plan.yaml")
-    assert "../../specs/gpt-8dev.yaml -o p.plan.yaml --solver data-parallel" in out.read_text()
+    assert "../../specs/gpt-8dev-data-parallel.yaml -o p.plan.yaml" in out.read_text()
     assert main(["check", "b/deeper/p.plan.yaml"]) == 0
     assert planmap.load_plan(out).text() == out.read_text()
     assert p.path == out and p.text() == out.read_text(), "a saved plan's inputs are relative to its new file"
@@ -53,11 +62,11 @@ def test_make_plan_and_save_take_str_paths(workdir):
     from planmap.api import solve_spec
     from planmap.spec import load_spec
 
-    loaded = load_spec(f"specs/{SPEC}.yaml")
-    problem, result = solve_spec(loaded, solver="even")
+    loaded = load_spec(os.path.relpath(_spec_with_solver(workdir, "even")))
+    problem, result = solve_spec(loaded)
     doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=loaded, plan_path="x.plan.yaml")
     path = plan_mod.save(doc, "x.plan.yaml")  # header lines default to the regenerate command
-    assert "planmap solve specs/gpt-8dev.yaml -o x.plan.yaml" in path.read_text()
+    assert "planmap solve specs/gpt-8dev-even.yaml -o x.plan.yaml" in path.read_text()
     assert main(["check", "x.plan.yaml"]) == 0
 
 

@@ -130,10 +130,14 @@ def test_plan_file_round_trip_check_and_explain(gpt_train, wc_plan, workdir, cap
     from planmap.cli import main
     from planmap.spec import load_spec
 
-    p, sol = gpt_train, wc_plan
+    spec = load_spec(workdir / "specs" / "gpt-train-8dev.yaml")
+    s = spec.spec.solver  # a checked certificate names a solver the spec allows, with the spec's options
+    p = gpt_train
+    sol = wc_plan.with_certificate(solver="cluster", version="1", options={
+        "time_limit": s.time_limit / 1e9, "rel_gap": s.rel_gap, "threads": s.threads, "seed": s.seed})
     ev = evaluate(p, sol)
     path = workdir / "wc.plan.yaml"
-    doc = plan_mod.make_plan(p, sol, ev, spec=load_spec(workdir / "specs" / "gpt-train-8dev.yaml"), plan_path=path)
+    doc = plan_mod.make_plan(p, sol, ev, spec=spec, plan_path=path)
     plan_mod.save(doc, path, header_lines=[])
     back = plan_mod.to_solution(p, plan_mod.load(path).document)
     assert back.shardings == sol.shardings and back.stages == sol.stages

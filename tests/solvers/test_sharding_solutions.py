@@ -88,7 +88,7 @@ def test_plan_file_round_trip_and_check(tmp_path):
     spec_path.write_text(text)
     spec = load_spec(spec_path)
     problem = build_problem(spec)
-    result = solve(problem, "megatron", SolveOptions(time_limit=60))
+    result = solve(problem, "megatron", SolveOptions.from_spec(spec.spec.solver))  # check: the spec's options
     path = tmp_path / "p.plan.yaml"
     doc = plan_mod.make_plan(problem, result.solution, result.evaluation, spec=spec, plan_path=path)
     plan_mod.save(doc, path, header_lines=[])
@@ -127,15 +127,18 @@ def test_auto_keeps_the_best_of_pipelines_and_sharding_for_every_example_spec():
 @pytest.mark.slow
 @pytest.mark.parametrize("solver", ["data-parallel", "fsdp", "megatron"])
 def test_solved_spmd_plans_run_and_verify_on_eight_devices(tmp_path, planmap_exe, solver):
-    """``planmap solve --solver X`` then ``planmap run --verify``: the sharded program matches one device."""
+    """``planmap solve`` (spec solver X) then ``planmap run --verify``: the sharded program matches one device."""
     import os
     import shutil
     import subprocess
 
     shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    spec = tmp_path / "specs" / f"gpt-8dev-{solver}.yaml"  # `check` refuses a --solver override
+    text = (tmp_path / "specs" / "gpt-8dev.yaml").read_text()
+    spec.write_text(text.replace("    name: auto\n", f"    name: {solver}\n"))
     plan = tmp_path / "plans" / f"{solver}.plan.yaml"
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    solved = subprocess.run([planmap_exe, "solve", "specs/gpt-8dev.yaml", "--solver", solver, "-o", str(plan), "-q"],
+    solved = subprocess.run([planmap_exe, "solve", f"specs/{spec.name}", "-o", str(plan), "-q"],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert solved.returncode == 0, solved.stderr
     text = plan.read_text()

@@ -1,13 +1,13 @@
 """Issues 12 and 13 on third-party exports: HF transformers from PyTorch and Keras CNNs from TensorFlow.
 
 tests/fixtures/thirdparty/ holds tiny HF BERT, GPT-2 (forward and training step) and T5 models and a ResNet- and a
-MobileNetV2-style Keras CNN (with batch norm), exported by planmap's own torch / TF paths with every weight an
-argument (PROVENANCE.md), their specs on 1 host × 8 H100, and the plans ``planmap solve`` wrote for them
-(``plans/<spec>.sharding.plan.yaml``: ``--solver sharding``; ``plans/<spec>.plan.yaml``: ``auto``, the whole-cluster
-planner). Each committed plan must be current (its inputs' hashes; ``planmap check`` of every derived field for one
-model), never worse under ``evaluate`` (time per microbatch) than one device, pure data parallel and the Megatron
-layout built here by the baseline builders, and the sharding plan must run on 8 fake CPU devices and match one
-device (``run --verify``, random inputs: the CNNs' batch-norm variances are drawn positive by
+MobileNetV2-style Keras CNN (with batch norm), exported by planmap's own torch / TF paths with every weight an argument
+(PROVENANCE.md), their specs on 1 host × 8 H100, and the plans ``planmap solve`` wrote for them
+(``plans/<spec>.sharding.plan.yaml``: ``<spec>.sharding.yaml``, ``solver: sharding``; ``plans/<spec>.plan.yaml``:
+``auto``, the whole-cluster planner). Each committed plan must be current (its inputs' hashes; ``planmap check`` of
+every derived field for one model), never worse under ``evaluate`` (time per microbatch) than one device, pure data
+parallel and the Megatron layout built here by the baseline builders, and the sharding plan must run on 8 fake CPU
+devices and match one device (``run --verify``, random inputs: the CNNs' batch-norm variances are drawn positive by
 planmap.runtime.inputs). Regenerate the plans with tools/export_thirdparty_fixtures.py's ``--plans``.
 
 Cost: about 60 s for the file on an idle 2-core machine (the Megatron baselines and the compiles of ``run --verify``

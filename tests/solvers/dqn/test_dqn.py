@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -179,17 +181,23 @@ def test_checkpoint_is_a_plan_input_so_a_changed_checkpoint_makes_the_plan_stale
     from planmap.cli import app
     from planmap.spec import load_spec
 
-    spec = load_spec("specs/gpt-8dev.yaml")
+    root = Path("specs").resolve()  # the spec names the DQN (check: the solver the spec allows, its options)
+    spec_path = tmp_path / "gpt-dqn.yaml"
+    spec_path.write_text((root / "gpt-8dev.yaml").read_text().replace("name: auto", "name: dqn")
+                         .replace("models/", f"{root / 'models'}/").replace("clusters/", f"{root / 'clusters'}/"))
+    spec = load_spec(spec_path)
     problem = build_problem(spec)
     ck = tmp_path / "agent.pt"
     checkpoint.save(Agent(seed=0), ck)
-    sol = get("dqn").solve(problem, SolveOptions(time_limit=60, passthrough={"checkpoint": str(ck),
-                                                                             "evaluations": 2}))
+    opts = SolveOptions.from_spec(spec.spec.solver)
+    sol = get("dqn").solve(problem, replace(opts, passthrough={"checkpoint": str(ck), "evaluations": 2}))
+    sol = sol.with_certificate(options={**sol.certificate.options, "time_limit": opts.time_limit,  # as solve does
+                                        "rel_gap": opts.rel_gap, "threads": opts.threads, "seed": opts.seed})
     path = tmp_path / "gpt.plan.yaml"
     doc = plan_mod.make_plan(problem, sol, evaluate(problem, sol), spec=spec, plan_path=path)
     assert [i.role for i in doc.inputs][-1] == "checkpoint"
     assert doc.inputs[-1].sha256 == checkpoint.sha256(ck)
-    plan_mod.save(doc, path, header_lines=plan_mod.header("specs/gpt-8dev.yaml", path, []))
+    plan_mod.save(doc, path, header_lines=plan_mod.header(spec_path, path, []))
     r = CliRunner().invoke(app, ["check", str(path)])
     assert r.exit_code == 0, r.output
     checkpoint.save(Agent(seed=1), ck)  # another network: the plan no longer says what this checkpoint gives
