@@ -301,8 +301,10 @@ def dp_rounds(problem: Problem, costs: StageCosts, refiner: StageRefiner | None,
                        formula=formula)
         t1 = time.perf_counter()
         times["dp"] = times.get("dp", 0.0) + t1 - t0
-        key = None if res is None else tuple((s.start, s.stop, s.sub, s.row) for s in res.stages)
-        if res is None or key in seen:
+        if res is None:
+            break
+        key = tuple((s.start, s.stop, s.sub, s.row) for s in res.stages)
+        if key in seen:
             break
         seen.add(key)
         plans = build(res, mesh_of)

@@ -33,7 +33,7 @@ BRANCH_NODES = 16  # nodes tried per level, most ambiguous first
 def branch_order(allowed: np.ndarray, through: np.ndarray, cpu: np.ndarray, nodes: int) -> list[int]:
     """Up to ``nodes`` nodes that may still run on both kinds, the closest least bounds first."""
     th = np.where(allowed, through, np.inf)
-    both = allowed[:, cpu].any(axis=1) & allowed[:, ~cpu].any(axis=1)
+    both = np.asarray(allowed[:, cpu].any(axis=1) & allowed[:, ~cpu].any(axis=1), dtype=bool)
     diff = np.abs(th[:, cpu].min(axis=1) - th[:, ~cpu].min(axis=1))
     return [int(v) for v in np.argsort(np.where(both, diff, np.inf), kind="stable") if both[v]][:nodes]
 
