@@ -183,11 +183,12 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
                  for d in range(topo.num_devices) if evaluation.memory[d] > 0 or evaluation.load[d] > 0])
     gap = None if cert.gap is None else round(float(cert.gap), 6)
     options = {k: v for k, v in sorted(cert.options.items())}
-    # the message is derived from the structured fields (planmap.plan.certificate): the solver's free-text
-    # remarks are not recorded, since check could not verify them without solving again
+    # the message is derived from the structured fields (planmap.plan.certificate); the solver's free-text
+    # remarks are kept apart, for review: only `check --resolve` can verify them (it solves again)
     solver = SolverDoc(name=cert.solver, version=cert.version, backend=cert.backend, status=str(cert.status),
                        objective_ns=ns(cert.objective), bound_ns=ns(cert.bound), gap=gap, options=options,
-                       message=certificate_message(str(cert.status), ns(cert.objective), ns(cert.bound), gap, options))
+                       message=certificate_message(str(cert.status), ns(cert.objective), ns(cert.bound), gap, options),
+                       remarks=cert.message)
     data_args = [a.index for a in problem.original.args if a.role == "data"]
     return document(
         name=name or problem.name, generator=f"planmap {__version__}", objective=problem.objective,
@@ -247,7 +248,8 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
     cert = Certificate(status, doc.solver.name, version=doc.solver.version, backend=doc.solver.backend,
                        objective=None if doc.solver.objective_ns is None else doc.solver.objective_ns * 1e-9,
                        bound=None if doc.solver.bound_ns is None else doc.solver.bound_ns * 1e-9,
-                       gap=doc.solver.gap, options=dict(doc.solver.options), message=doc.solver.message)
+                       gap=doc.solver.gap, options=dict(doc.solver.options),
+                       message=doc.solver.remarks or doc.solver.message)
     return Solution(lo.astype(np.int32), tuple(stages), cert,
                     schedule=None if doc.schedule.kind == "none" else doc.schedule.kind,
                     microbatches=doc.schedule.microbatches, shardings=shardings)

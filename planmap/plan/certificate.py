@@ -18,9 +18,9 @@
   follow from its spec alone.
 - **message**: not free text. It is :func:`certificate_message` of the structured fields (status, objective,
   bound, gap, time limit), written by :func:`planmap.plan.build.make_plan`, so check re-renders it like any
-  derived field. The solver's own remarks (candidates it judged, warm starts) cannot be checked without
-  solving again; ``planmap solve`` prints them and the API returns them in the certificate, but the plan does
-  not record them.
+  derived field. The solver's own remarks (the space it searched, candidates it judged, per-stage gaps)
+  cannot be checked without solving again: the plan records them apart, as ``solver.remarks``, for review,
+  and only ``check --resolve`` compares them.
 
 Options a solver chooses itself (e.g. the latency IP's ``q``, a warm start's name, the DQN's evaluation budget)
 are not re-derivable without solving: ``check --resolve`` covers them.

@@ -140,7 +140,11 @@ class SolverDoc(_Doc):
     bound_ns: int | None = Field(default=None, description="Best proven lower bound, ns.")
     gap: float | None = Field(default=None, description="Relative optimality gap (objective - bound) / objective.")
     options: dict[str, Any] = Field(default_factory=dict, description="Options the solve ran with.")
-    message: str = Field(default="", description="Solver remarks.")
+    message: str = Field(default="", description="The certificate's structured fields, rendered (check re-renders "
+                         "it).")
+    remarks: str = Field(default="", description="The solver's own remarks: the space it searched, the candidates "
+                         "it judged, per-stage gaps. Not re-derivable without solving: `check --resolve` compares "
+                         "them, plain `check` does not.")
 
 
 class ObjectiveDoc(_Doc):
@@ -272,6 +276,8 @@ def _body(doc: PlanDocument) -> str:
         out.append(f"  {key}: {_scalar(s[key]) if key != 'version' else json.dumps(s[key])}")
     out.append(f"  options: {_flow(dict(sorted(s['options'].items())))}")
     out.append(f"  message: {json.dumps(s['message'], ensure_ascii=False)}")
+    if s.get("remarks"):
+        out.append(f"  remarks: {json.dumps(s['remarks'], ensure_ascii=False)}")
     return "\n".join(out) + "\n"
 
 

@@ -148,13 +148,16 @@ def mesh_problems(doc: PlanDocument, ev) -> list[str]:
     return out
 
 
-def _field_problems(recorded: PlanDocument, rebuilt: PlanDocument) -> list[str]:
-    """One message per top-level field whose recorded value is not the re-derived one."""
+def _field_problems(recorded: PlanDocument, rebuilt: PlanDocument, *, remarks: bool = False) -> list[str]:
+    """One message per top-level field whose recorded value is not the re-derived one; the solver's remarks
+    only with ``remarks`` (re-solved: nothing else can derive them)."""
     out = []
     for name in PlanDocument.model_fields:
         if name in ("digest", "generator"):
             continue
         a, b = getattr(recorded, name), getattr(rebuilt, name)
+        if name == "solver" and not remarks:
+            a, b = a.model_copy(update={"remarks": ""}), b.model_copy(update={"remarks": ""})
         if a != b:
             out.append(f"not reproducible: field {name!r} does not follow from the spec, the artifact and the "
                        "decisions: "
@@ -316,7 +319,7 @@ def _resolve(report: CheckReport, plan, spec, problem, doc: PlanDocument) -> Non
     fresh = make_plan(result.problem, sol, result.evaluation, spec=spec, plan_path=plan.path)
     fresh = _as_recorded(doc, fresh)
     if render(fresh, []) != render(doc, []):
-        what = "; ".join(_field_problems(doc, fresh)) or "the rendering differs"
+        what = "; ".join(_field_problems(doc, fresh, remarks=True)) or "the rendering differs"
         report.stale.append(f"not reproducible: solving the spec again with its solver {s.name!r} gives a "
                                f"different plan ({what}); regenerate with: {plan.regenerate_command()}")
     else:

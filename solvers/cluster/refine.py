@@ -69,7 +69,7 @@ class StageReport:
             return f"{where}: baselines only ({self.note or 'no IP bound'})"
         space = " over layouts with repeated layers tied" if self.tied else ""
         kept = "IP layout" if self.origin == "ip" else f"baseline layout kept ({self.note})"
-        return f"{where}: {kept}, stage IP {self.status} gap {self.gap:.3g}{space}"
+        return f"{where}: {kept}, stage IP {self.status} gap {max(self.gap, 0.0):.2%}{space}"
 
 
 @dataclass

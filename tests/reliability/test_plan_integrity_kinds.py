@@ -9,7 +9,8 @@ that still reproduces under this planmap is valid whoever wrote it), and a solve
 ``solver.options`` that only solving again reveals (``q``, ``warm_start``, the DQN's ``evaluations`` /
 ``width`` / ``finetune_s``: `check --resolve`), and a ``status`` swapped between the proof-less statuses
 (``heuristic``, ``time_limit``, ``interrupted``) with the message re-rendered: how a proof-less solve ended is
-not re-derivable without solving again.
+not re-derivable without solving again; likewise the solver's free-text ``remarks`` (the space it searched,
+the candidates it judged): `check --resolve` compares them (tested below).
 """
 
 from __future__ import annotations
@@ -250,3 +251,19 @@ def test_a_reshaped_replicated_mesh_fails_check(root, tmp_path):
     path.write_text(render(edited, ["forged"]))
     report = plan_mod.check(path)
     assert [m for m in report.problems if m.startswith("non-canonical mesh: stage 0 splits nothing")], report.problems
+
+
+def test_edited_remarks_pass_plain_check_and_fail_check_resolve(solved):
+    """The solver's remarks are for review; only solving again can tell them wrong (module doc)."""
+    src = _plan_of("placement", solved)
+    doc = parse(src.read_text(), str(src))
+    path = src.with_name("remarks.plan.yaml")
+    path.write_text(render(_solver(doc, remarks=doc.solver.remarks + " (and proven optimal on every cluster)"),
+                           ["forged"]))
+    try:
+        assert plan_mod.check(path).ok
+        report = plan_mod.check(path, resolve=True)
+        assert not report.ok
+        assert any("not reproducible" in m and "remarks" in m for m in report.stale), report.stale
+    finally:
+        path.unlink()
