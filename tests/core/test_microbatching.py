@@ -91,7 +91,7 @@ def test_planner_chooses_microbatches_and_check_holds_it_to_the_spec(root, tmp_p
     plan, text = _solve(_spec(root, tmp_path))
     doc = plan_mod.load(plan).document
     assert doc.schedule.kind == "1f1b" and doc.schedule.microbatches > 1  # a pipeline amortises its bubble
-    message = doc.solver.message
+    message = doc.solver.remarks
     assert "microbatches chosen from {1, 2, 4, 8, 16, 32}" in message
     assert f"M={doc.schedule.microbatches} (" in message and "1f1b dominates gpipe in training" in message
     assert plan_mod.check(plan).ok
@@ -120,7 +120,7 @@ def test_a_fixed_schedule_is_not_a_choice(root, tmp_path):
     plan, text = _solve(_spec(root, tmp_path, mb="[1, 2, 4]", schedule="gpipe"))
     doc = plan_mod.load(plan).document
     assert doc.schedule.kind == "gpipe" and doc.schedule.microbatches in (1, 2, 4)
-    assert "microbatches chosen from {1, 2, 4}" in doc.solver.message and "dominates" not in doc.solver.message
+    assert "microbatches chosen from {1, 2, 4}" in doc.solver.remarks and "dominates" not in doc.solver.remarks
     assert plan_mod.check(plan).ok
     _forge(plan, text.replace("kind: gpipe", 'kind: "1f1b"'))
     assert any("schedule 1f1b is not one the spec allows" in m for m in plan_mod.check(plan).problems)
