@@ -27,10 +27,14 @@ __all__ = ["Artifact", "make_context", "entry_function", "canonical_text"]
 
 def make_context():
     """An MLIR context with func/stablehlo/chlo/sdy/mhlo registered — the front end's, so that the
-    runtime parses artifacts exactly as the planner did."""
+    runtime parses artifacts exactly as the planner did — and loaded: the front end loads dialects as its
+    parsers meet them, but the runtime builds attributes of dialects the artifact may not use yet (the
+    ``sdy`` mesh and shardings), and building one of an unloaded dialect crashes the bindings."""
     from planmap.frontend.mlir import make_context as frontend_context
 
-    return frontend_context(allow_unregistered=False)
+    ctx = frontend_context(allow_unregistered=False)
+    ctx.load_all_available_dialects()
+    return ctx
 
 
 def entry_function(module, name: str = "main"):
