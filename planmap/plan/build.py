@@ -249,7 +249,7 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
                        objective=None if doc.solver.objective_ns is None else doc.solver.objective_ns * 1e-9,
                        bound=None if doc.solver.bound_ns is None else doc.solver.bound_ns * 1e-9,
                        gap=doc.solver.gap, options=dict(doc.solver.options),
-                       message=doc.solver.remarks or doc.solver.message)
+                       message=doc.solver.remarks)  # the solver's text; `message` is derived again
     return Solution(lo.astype(np.int32), tuple(stages), cert,
                     schedule=None if doc.schedule.kind == "none" else doc.schedule.kind,
                     microbatches=doc.schedule.microbatches, shardings=shardings)
