@@ -37,6 +37,13 @@ def placements(p: Problem):
         yield Solution(np.array([idx[u] for u in lab]), tuple(Stage((units[u][0],)) for u in used), CERT)
 
 
+def optimum(p: Problem) -> float:
+    """The least feasible latency over every placement (:func:`placements`) under ``evaluate``; inf if none."""
+    from planmap.evaluate import evaluate
+
+    return min((ev.objective for ev in (evaluate(p, sol) for sol in placements(p)) if ev.feasible), default=np.inf)
+
+
 def bytes_graph(n: int, seed: int, colocation=None):
     """A random DAG whose transfers are costed from bytes (charges depend on the link)."""
     g = random_dag(n, seed=seed)

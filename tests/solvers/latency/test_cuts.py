@@ -19,7 +19,7 @@ from planmap.solvers.latency import ip as lip  # noqa: E402
 from planmap.solvers.latency.cuts import memory_buckets  # noqa: E402
 from planmap.solvers.latency.data import prepare  # noqa: E402
 from planmap.workloads.graphs import paper_topology, profiled_graph, random_dag  # noqa: E402
-from tests.solvers.latency.cases import CERT, bytes_graph, gpu_cluster, placements, problem  # noqa: E402
+from tests.solvers.latency.cases import CERT, bytes_graph, gpu_cluster, optimum, placements, problem  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
 
@@ -165,7 +165,7 @@ def test_join_bound_lets_a_branch_run_elsewhere_when_that_pays():
     g = profiled_graph(FORK_JOINS["diamond"], [10.0] * 6, t, 0.01, size=1)
     p = problem(g, paper_topology(2, 1), q=2)
     dt = prepare(p)
-    best = min(ev.objective for ev in (evaluate(p, s) for s in placements(p)) if ev.feasible)
+    best = optimum(p)
     assert best < sum(t) - 0.1  # running node 3 apart pays (q = 2: the fork in a call of its own)
     for v in range(6):
         assert float(np.where(dt.allowed[v], dt.bounds.through[v], np.inf).min()) * dt.time_scale <= best * (1 + 1e-9)
@@ -190,10 +190,6 @@ def _sweep_bound(p: Problem) -> float:
     return float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.time_scale
 
 
-def _optimum(p: Problem) -> float:
-    return min(ev.objective for ev in (evaluate(p, s) for s in placements(p)) if ev.feasible)
-
-
 def test_join_bound_counts_the_other_branchs_memory():
     """A diamond whose every path fits one accelerator but whose two branches together do not, with
     transfers dearer than compute: one call cannot hold the join and both branches, so some value
@@ -201,7 +197,7 @@ def test_join_bound_counts_the_other_branchs_memory():
     g = profiled_graph([(0, 1), (1, 2), (2, 4), (0, 3), (3, 4)], [1.0] * 5, [0.1] * 5,
                        [0.5, 0.5, 0.5, 0.5, 0.0], size=100_000)
     p = problem(g, paper_topology(2, 1, memory=450_000), q=1)  # four of the five nodes fit
-    bound, best = _sweep_bound(p), _optimum(p)
+    bound, best = _sweep_bound(p), optimum(p)
     assert bound > 0.5 + 0.5  # compute and at least one transfer
     assert bound <= best * (1 + 1e-9)
 
@@ -211,7 +207,7 @@ def test_a_call_receives_its_entering_values_one_after_another():
     it takes in 0's too (convexity), and pays both charges, not the larger one; the bound is the optimum."""
     g = profiled_graph([(0, 1), (1, 2), (0, 2)], [1.0] * 3, [0.1] * 3, [0.05, 0.04, 0.0], size=100_000)
     p = problem(g, paper_topology(2, 1, memory=250_000), q=1)
-    assert _sweep_bound(p) == pytest.approx(_optimum(p), rel=1e-9)
+    assert _sweep_bound(p) == pytest.approx(optimum(p), rel=1e-9)
 
 
 def test_memory_buckets_round_down_so_whatever_fits_still_fits():

@@ -20,24 +20,19 @@ from planmap.problem import Problem, Solution, SolveOptions, Status  # noqa: E40
 from planmap.solve import solve as planmap_solve  # noqa: E402
 from planmap.solvers.latency import ip as lip  # noqa: E402
 from planmap.workloads.graphs import paper_topology, random_dag  # noqa: E402
-from tests.solvers.latency.cases import bytes_graph, gpu_cluster, placements, problem  # noqa: E402
+from tests.solvers.latency.cases import bytes_graph, gpu_cluster, optimum, problem  # noqa: E402
 
 EXACT = SolveOptions(time_limit=60, rel_gap=0.0)
 
 
 # ------------------------------------------------------------------------------------ helpers
-def enumerate_optimum(p: Problem) -> float:
-    """Best feasible latency over every placement of nodes on units (:func:`placements`)."""
-    return min((ev.objective for ev in (evaluate(p, sol) for sol in placements(p)) if ev.feasible), default=np.inf)
-
-
 def check_against_enumeration(p: Problem) -> Solution:
     sol = lip.LatencyIP().solve(p, EXACT)
     ev = evaluate(p, sol)
     assert ev.feasible, ev.violations
     assert sol.certificate.status == Status.OPTIMAL
     assert sol.certificate.objective == pytest.approx(ev.objective, rel=1e-6)
-    assert ev.objective == pytest.approx(enumerate_optimum(p), rel=1e-6)
+    assert ev.objective == pytest.approx(optimum(p), rel=1e-6)
     return sol
 
 
@@ -279,7 +274,7 @@ def test_registry_ip_dispatches_latency_and_the_driver_accepts_its_claim():
     p = problem(g, paper_topology(2, 1, memory=float(g.state_bytes.sum()) * 0.6))
     result = planmap_solve(p, "ip", EXACT)
     assert "claimed" not in result.solution.certificate.message
-    assert result.solution.certificate.objective == pytest.approx(enumerate_optimum(p), rel=1e-6)
+    assert result.solution.certificate.objective == pytest.approx(optimum(p), rel=1e-6)
 
 
 def test_same_inputs_same_plan():

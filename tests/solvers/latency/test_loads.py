@@ -12,22 +12,12 @@ import pytest
 pytest.importorskip("pyomo")
 pytest.importorskip("highspy")
 
-from planmap.evaluate import evaluate  # noqa: E402
 from planmap.solvers.latency.cuts import time_bounds  # noqa: E402
 from planmap.solvers.latency.data import prepare  # noqa: E402
 from planmap.solvers.latency.loads import contention_bound  # noqa: E402
 from planmap.workloads.graphs import paper_topology, profiled_graph  # noqa: E402
-from tests.solvers.latency.cases import placements, problem  # noqa: E402
+from tests.solvers.latency.cases import optimum, problem  # noqa: E402
 from tests.solvers.latency.test_cuts import any_instance, fork_join_instance  # noqa: E402
-
-
-def _optimum(p) -> float:
-    best = math.inf
-    for sol in placements(p):
-        ev = evaluate(p, sol)
-        if ev.feasible:
-            best = min(best, ev.objective)
-    return best
 
 
 def _bound(p, horizon: float) -> float:
@@ -39,7 +29,7 @@ def _bound(p, horizon: float) -> float:
 @pytest.mark.parametrize("seed,n,q", [(0, 5, 1), (5, 5, 1), (11, 4, 2)])
 def test_contention_never_passes_the_optimum(seed, n, q):
     p = any_instance(seed, n, q)
-    opt = _optimum(p)
+    opt = optimum(p)
     assert math.isfinite(opt)
     assert _bound(p, opt) <= opt * (1 + 1e-9)
     dt = prepare(p, opt * 1.5)  # the probing lower bound, refuting with this bound too
@@ -49,7 +39,7 @@ def test_contention_never_passes_the_optimum(seed, n, q):
 @pytest.mark.parametrize("shape,seed,q", [("diamond", 0, 1), ("three-way", 1, 1)])
 def test_contention_never_passes_the_optimum_of_branchy_graphs(shape, seed, q):
     p = fork_join_instance(shape, seed, q)
-    opt = _optimum(p)
+    opt = optimum(p)
     assert _bound(p, opt) <= opt * (1 + 1e-9)
 
 
@@ -61,7 +51,7 @@ def test_contention_sees_four_branches_share_two_accelerators():
     acc = [0.1, 1.0, 1.0, 1.0, 1.0, 0.1]
     g = profiled_graph(edges, [100 * a for a in acc], acc, 0.001, size=1)
     p = problem(g, paper_topology(2, 1), q=1)
-    opt = _optimum(p)
+    opt = optimum(p)
     dt = prepare(p, opt, probe_seconds=0)
     path = float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.time_scale
     load = contention_bound(dt.t, dt.allowed, p.topology.is_cpu, dt.bounds) * dt.time_scale

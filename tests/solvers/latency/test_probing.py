@@ -11,24 +11,12 @@ import pytest
 pytest.importorskip("pyomo")
 pytest.importorskip("highspy")
 
-from planmap.evaluate import evaluate  # noqa: E402
 from planmap.problem import Problem  # noqa: E402
 from planmap.solvers.latency.cuts import memory_buckets, probe_lower_bound, time_bounds  # noqa: E402
 from planmap.solvers.latency.data import _own_bytes, prepare  # noqa: E402
 from planmap.workloads.nets import net_topology, resnet50  # noqa: E402
-from tests.solvers.latency.cases import placements  # noqa: E402
+from tests.solvers.latency.cases import optimum  # noqa: E402
 from tests.solvers.latency.test_cuts import any_instance  # noqa: E402
-
-
-def _optimum(p) -> float:
-    """The least latency over every feasible placement (exhaustive)."""
-    best = math.inf
-    for sol in placements(p):
-        ev = evaluate(p, sol)
-        if ev.feasible:
-            best = min(best, ev.objective)
-    return best
-
 
 CASES = [(0, 6, 1), (1, 5, 2), (3, 6, 1), (5, 6, 1), (11, 5, 2)]
 
@@ -45,7 +33,7 @@ def _bounds_of(p, dt):
 @pytest.mark.parametrize("seed,n,q", CASES)
 def test_probing_never_passes_the_optimum(seed, n, q):
     p = any_instance(seed, n, q)
-    opt = _optimum(p)
+    opt = optimum(p)
     assert math.isfinite(opt)
     dt = prepare(p, opt * 1.5)
     sweep = float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max())

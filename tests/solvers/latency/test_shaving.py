@@ -16,15 +16,15 @@ from planmap.solvers.latency.cuts import refutes  # noqa: E402
 from planmap.solvers.latency.data import prepare  # noqa: E402
 from planmap.solvers.latency.shaving import branch_refutes  # noqa: E402
 from planmap.workloads.nets import net_topology, resnet50  # noqa: E402
+from tests.solvers.latency.cases import optimum  # noqa: E402
 from tests.solvers.latency.test_cuts import any_instance  # noqa: E402
-from tests.solvers.latency.test_loads import _optimum  # noqa: E402
 from tests.solvers.latency.test_probing import _bounds_of  # noqa: E402
 
 
 @pytest.mark.parametrize("seed,n,q", [(0, 5, 1), (3, 5, 1), (5, 5, 1), (11, 4, 2)])
 def test_branching_never_refutes_a_latency_some_placement_reaches(seed, n, q):
     p = any_instance(seed, n, q)
-    opt = _optimum(p)
+    opt = optimum(p)
     assert math.isfinite(opt)
     dt = prepare(p, opt * 1.5, probe_seconds=0)
     assert not branch_refutes(dt.allowed, opt / dt.time_scale, _bounds_of(p, dt), p.topology.is_cpu, rounds=12,
