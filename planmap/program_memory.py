@@ -101,9 +101,10 @@ def _recomputed_closure(graph: OpGraph, own: np.ndarray, cheap: np.ndarray) -> n
 
 
 def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None = None,
-                  split: np.ndarray | None = None) -> dict[str, float]:
+                  split: np.ndarray | None = None, at_ops: dict[int, float] | None = None) -> dict[str, float]:
     """``params``, ``inputs``, ``outputs`` and ``temp`` bytes of the program of the ops ``own`` ((n,)
-    bool, an op-level graph); ``split`` (values,) divides each value's bytes (its shards per device)."""
+    bool, an op-level graph); ``split`` (values,) divides each value's bytes (its shards per device);
+    ``at_ops`` ({op id: bytes}) adds temporaries live while an op runs (:func:`reshard_buffers`)."""
     g = graph
     cheap = recomputed_nodes(g) if cheap is None else cheap
     kept = _recomputed_closure(g, own, cheap)
@@ -130,6 +131,7 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     last = _last_reads(g, kept, mat)
     temps = np.flatnonzero(mat & ~leaves)
     extra = _layout_copies(g, kept & ~inner, kernel, nbytes)
+    extra += [(i, i, b) for i, b in (at_ops or {}).items() if kept[i]]
     temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra)
     return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
             "outputs": float(nbytes[leaves].sum()), "temp": temp}
@@ -292,33 +294,44 @@ def _in_values(g: OpGraph) -> tuple[np.ndarray, np.ndarray]:
     return np.cumsum(indptr), g.edge_value[order].astype(np.int64)
 
 
-def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *,
-                        split: np.ndarray | None = None) -> dict[str, float]:
+def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *, split: np.ndarray | None = None,
+                        at_ops: dict[int, float] | None = None) -> dict[str, float]:
     """The largest program of group ``k`` (by total bytes) on an op-level graph: its ``params``,
-    ``inputs``, ``outputs``, ``temp``, per device when ``split`` gives each value's shard count."""
+    ``inputs``, ``outputs``, ``temp``, per device when ``split`` gives each value's shard count;
+    ``at_ops``: :func:`segment_bytes`'s."""
     cheap = recomputed_nodes(graph)
     best = {"params": 0.0, "inputs": 0.0, "outputs": 0.0, "temp": 0.0}
     for ops in stage_programs(graph.pred, np.asarray(op_group), k):
         own = np.zeros(graph.num_nodes, bool)
         own[ops] = True
         own &= ~cheap
-        part = segment_bytes(graph, own, cheap=cheap, split=split)
+        part = segment_bytes(graph, own, cheap=cheap, split=split, at_ops=at_ops)
         if sum(part.values()) > sum(best.values()):
             best = part
     return best
 
 
-def value_shards(problem: Any, solution: Any) -> list[np.ndarray | None]:
-    """Per stage of ``solution``, (values,) how many shards each value of the op-level graph is cut into
-    on one device of the stage (1 = whole), from the stage's complete layout; None for a stage without
-    a layout (one device, or a plan without shardings)."""
-    from planmap.sharding.specs import shards
+def _layouts(problem: Any, solution: Any) -> list[Any] | None:
+    """The stages' complete layouts (:func:`planmap.sharding.stage_layout.stage_layouts`), None for a
+    plan without shardings or of one-device stages only."""
     from planmap.sharding.stage_layout import stage_layouts
 
     if solution.shardings is None or all(len(st.devices) == 1 for st in solution.stages):
+        return None
+    return stage_layouts(problem, solution)
+
+
+def value_shards(problem: Any, solution: Any, layouts: list[Any] | None = None) -> list[np.ndarray | None]:
+    """Per stage of ``solution``, (values,) how many shards each value of the op-level graph is cut into
+    on one device of the stage (1 = whole), from the stage's complete layout; None for a stage without
+    a layout (one device, or a plan without shardings). ``layouts``: :func:`_layouts`, when computed."""
+    from planmap.sharding.specs import shards
+
+    layouts = _layouts(problem, solution) if layouts is None else layouts
+    if layouts is None:
         return [None] * solution.num_stages
     out: list[np.ndarray | None] = []
-    for st in stage_layouts(problem, solution):
+    for st in layouts:
         sizes = st.mesh.axis_sizes
         split = np.ones(problem.original.num_values)
         for w, spec in st.layout.items():
@@ -327,12 +340,76 @@ def value_shards(problem: Any, solution: Any) -> list[np.ndarray | None]:
     return out
 
 
+_DOT_HANDLED = frozenset({"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"})
+
+
+def _gathered(st: Any, i: int, s: int) -> float:
+    """Bytes per device of the buffers XLA's SPMD partitioner adds to run sub op ``i`` of the stage layout
+    ``st`` under strategy ``s`` (:func:`reshard_buffers`)."""
+    from planmap.sharding.specs import from_assignment, shards
+
+    t, sizes = st.tables, st.mesh.axis_sizes
+    sset, g = t.sets[i], t.graph
+    out, scatter = sset.out[s], sset.scatter[s]
+    total = 0.0
+    for d in sorted(set(out[scatter].tolist())):
+        kept = [a for a in range(len(out)) if out[a] == d and not scatter[a] and sizes[a] > 1]
+        scat = [a for a in range(len(out)) if out[a] == d and scatter[a] and sizes[a] > 1]
+        if not kept or not scat or min(scat) > max(kept):
+            continue
+        for k, v in enumerate(g.operands[i]):
+            req = sset.inputs[k][s]
+            if not any(req[a] >= 0 for a in kept):
+                continue
+            rest = from_assignment([-1 if a in kept else int(x) for a, x in enumerate(req)], len(t.shapes[v]))
+            size = float(g.value_bytes[v]) / shards(rest, sizes)
+            leading = all(int(req[a]) == 0 for a in kept)
+            total += size if leading else 2.0 * size
+        whole = from_assignment([-1 if x == d else int(x) for x in out], len(g.outputs[i][0].shape))
+        total += float(g.out_bytes[i]) / shards(whole, sizes)
+    return total
+
+
+def reshard_buffers(problem: Any, solution: Any, layouts: list[Any] | None = None) -> list[dict[int, float]]:
+    """Per stage, ``{original op id: bytes per device}`` of the buffers XLA's SPMD partitioner adds to run
+    a dot or a convolution whose planned result spec it cannot reach from its operands' layouts.
+
+    A dim split over several mesh axes is tiled in mesh-axis order (the first axis major). A strategy
+    that reduce-scatters partial sums over axis ``s`` into a result dim another axis ``k`` already splits
+    (an operand's non-contracted dim split over ``k``) yields the order ``(k, s)``: each device's block
+    is scattered further. When the plan's spec orders them ``(s, k)`` (``s`` before ``k`` on the mesh),
+    XLA's dot handler does not reach it from the operands: it all-gathers the operand over ``k``,
+    computes the partial sums of the whole dim, all-reduces them and slices (gpt-train-2host stage 1,
+    mesh (tensor, tensor1): the MLP weight gradients gather the hidden activation to f32[32,128,512]).
+    The gathered operand is a buffer; gathered along a dim other than the first, XLA:CPU's all-gather
+    writes that dim major and the consumer reads a row-major copy of it (a second buffer as large);
+    the whole-dim partial sums are a buffer too. Reductions are partitioned on the local blocks and
+    all-reduced instead (no gather), so only the ops XLA's dot handler partitions count."""
+    from planmap.sharding.spmd import evaluate_spmd
+
+    layouts = _layouts(problem, solution) if layouts is None else layouts
+    if layouts is None:
+        return [{} for _ in range(solution.num_stages)]
+    out: list[dict[int, float]] = []
+    for st in layouts:
+        choice = evaluate_spmd(st.tables, st.layout).choice
+        g = st.tables.graph
+        extra = {int(st.map.ops[i]): b for i in range(st.tables.num_ops)
+                 if g.kind[i] in _DOT_HANDLED and (b := _gathered(st, i, int(choice[i]))) > 0}
+        out.append(extra)
+    return out
+
+
 def plan_program_bytes(problem: Any, solution: Any) -> list[dict[str, float]]:
     """Per stage of ``solution``: :func:`stage_program_bytes` on one of its devices, on the problem's
-    op-level graph (``problem.original``), each value divided by its shards under the stage's layout."""
+    op-level graph (``problem.original``), each value divided by its shards under the stage's layout,
+    with the buffers XLA's SPMD partitioner adds to reshard (:func:`reshard_buffers`)."""
     g = problem.graph
     op_group = np.full(problem.original.num_nodes, -1, np.int64)
     for i, k in enumerate(np.asarray(solution.assignment).tolist()):
         op_group[g.members_of(i)] = k
-    splits = value_shards(problem, solution)
-    return [stage_program_bytes(problem.original, op_group, k, split=splits[k]) for k in range(solution.num_stages)]
+    layouts = _layouts(problem, solution)
+    splits = value_shards(problem, solution, layouts)
+    at_ops = reshard_buffers(problem, solution, layouts)
+    return [stage_program_bytes(problem.original, op_group, k, split=splits[k], at_ops=at_ops[k])
+            for k in range(solution.num_stages)]
