@@ -51,7 +51,7 @@ from planmap.frontend.recompute import recomputed_nodes
 from planmap.graph import DimRoles, OpGraph
 from planmap.segments import stage_programs
 
-__all__ = ["KERNEL_OPS", "kernels", "segment_bytes", "stage_program_bytes", "value_shards",
+__all__ = ["KERNEL_OPS", "EXPENSIVE_OPS", "kernels", "segment_bytes", "stage_program_bytes", "value_shards",
            "plan_program_bytes"]
 
 # Ops XLA runs as kernels of their own (library calls, reductions, data movement with index math):
@@ -128,6 +128,7 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     mat = made_here & ((kernel & ~inner)[np.maximum(prod, 0)] | leaves)
     fused_in = (region[np.maximum(src, 0)] == region[dst]) & (region[dst] >= 0) & (src >= 0)
     mat[val[into & kernel[dst] & ~inner[dst] & made_here[val] & ~fused_in]] = True
+    mat |= _shared_expensive(g, kept & ~inner, into, made_here)
     last = _last_reads(g, kept, mat)
     temps = np.flatnonzero(mat & ~leaves)
     extra = _layout_copies(g, kept & ~inner, kernel, nbytes)
@@ -135,6 +136,28 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra)
     return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
             "outputs": float(nbytes[leaves].sum()), "temp": temp}
+
+
+# Elementwise ops XLA's fusion pass counts as expensive (``InstructionFusion::IsExpensive``: transcendental
+# functions; float division is cheap): it does not duplicate them into several consumers.
+EXPENSIVE_OPS = frozenset("stablehlo." + k for k in (
+    "exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh", "tan", "sine", "cosine",
+    "sqrt", "rsqrt", "cbrt", "power", "atan2"))
+
+
+def _shared_expensive(g: OpGraph, kept: np.ndarray, into: np.ndarray, made_here: np.ndarray) -> np.ndarray:
+    """(values,) bool: results of :data:`EXPENSIVE_OPS` that two or more ops of the program read. XLA
+    fuses an elementwise producer into each of its consumers, duplicating it, unless the producer is
+    expensive: then it stays a fusion of its own and writes a buffer that every consumer reads (an MLP's
+    ``tanh`` read by the forward's product and by the backward's derivative)."""
+    expensive = np.fromiter((k in EXPENSIVE_OPS for k in g.kind), bool, g.num_nodes) & kept
+    val, dst = g.edge_value.astype(np.int64), g.edge_dst.astype(np.int64)
+    prod = g.value_node.astype(np.int64)
+    pairs = np.unique(np.stack([val, dst])[:, into & made_here[val] & expensive[np.maximum(prod[val], 0)]], axis=1)
+    values, counts = np.unique(pairs[0], return_counts=True)
+    out = np.zeros(g.num_values, bool)
+    out[values[counts > 1]] = True
+    return out
 
 
 _LIBRARY_OPS = frozenset({"stablehlo.convolution", "stablehlo.dot_general", "stablehlo.dot"})
