@@ -58,12 +58,65 @@ def _stage_ratio(name: str, k: int) -> float:
     ("cnn-train-mixed", 1),  # CNN backward: kernel-gradient convolutions copy both operands
     ("cnn-tpu", 2),  # the pooling reduce's library fusion swallows the last blocks: no temporaries
     pytest.param("gpt-train-8dev", 4, marks=pytest.mark.xfail(strict=True, reason=(
-        "XLA:CPU's breadth-first scheduler runs the loss's label gather after the logits gradient, keeping the "
-        "log-probabilities alive; the op-level graph cannot see that the gather's index output depends on the "
-        "labels only (calls keep no bodies), so the model follows op order (0.77)"))),
+        "XLA:CPU's breadth-first scheduler (a FIFO ready queue over fusions) runs the loss's gather of the "
+        "log-probabilities after the logits gradient: both become ready at the same step and the gradient's "
+        "fusions were queued first, so the shifted logits stay alive across it (5 logits-sized buffers where "
+        "op order has 4). The op-level graph keeps calls (log_softmax, take_along_axis) without bodies, so "
+        "neither the fusion graph nor its queue order can be followed (0.77)"))),
 ])
 def test_stage_program_within_ten_percent_of_xla(name, stage):
     assert _stage_ratio(name, stage) == pytest.approx(1.0, abs=0.1)
+
+
+def _sharded_stage_ratio(name: str, k: int) -> float:
+    """Predicted / XLA bytes of sharded stage ``k`` of the example's golden plan on one of its devices:
+    :func:`plan_program_bytes` against the stage's programs as the runtime compiles them for its mesh. Every
+    stage of the plan is mapped onto the same first devices (only stage ``k`` is compiled), so a 16-device
+    plan's 4-device stage compiles under the suite's 8 fake devices."""
+    import jax
+
+    from planmap.assemble import build_problem
+    from planmap.plan import files
+    from planmap.plan.build import to_solution
+    from planmap.program_memory import plan_program_bytes
+    from planmap.runtime.artifact import Artifact
+    from planmap.runtime.compile import compile_segment
+    from planmap.runtime.devices import map_devices, stage_meshes
+    from planmap.runtime.ir_graph import EntryGraph
+    from planmap.runtime.layout import Layouts
+    from planmap.runtime.remat import remat_sets, split_for_remat, stage_remat
+    from planmap.runtime.segments import form_segments, op_stages
+    from planmap.runtime.split import plan_cuts
+    from planmap.spec import load_spec
+
+    spec = load_spec(ROOT / "specs" / f"{name}.yaml")
+    problem = build_problem(spec)
+    doc = files.load(ROOT / "plans" / f"{name}.plan.yaml").document
+    predicted = sum(plan_program_bytes(problem, to_solution(problem, doc))[k].values())
+    artifact = Artifact.from_file(spec.model_path)
+    graph = EntryGraph.from_artifact(artifact)
+    layouts = Layouts(doc, graph, op_stages(doc, graph.n_ops))
+    devices = jax.devices()[:len(doc.stages[k].devices)] * len(doc.stages)
+    mesh = stage_meshes(doc, map_devices(doc, devices), layouts.batch)[k]
+    again = stage_remat(doc)
+    segments = split_for_remat(form_segments(doc, graph), again)
+    cuts = plan_cuts(graph, [list(s.ops) for s in segments], remat=remat_sets(segments, again))
+    xla = 0
+    for seg, cut in zip(segments, cuts, strict=True):
+        if seg.stage == k and cut.outputs:
+            m = compile_segment(artifact, graph, cut, k, mesh, layouts).fn.memory_analysis()
+            xla = max(xla, m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                      - m.alias_size_in_bytes)
+    return predicted / xla
+
+
+@pytest.mark.slow
+def test_sharded_stage_within_ten_percent_of_xla():
+    """gpt-train-2host stage 1 (mesh tensor x tensor1): its MLP weight gradients are planned with the
+    hidden dim split (tensor, tensor1) while the reduce-scatter would give (tensor1, tensor), so XLA's SPMD
+    partitioner all-gathers the hidden activation (f32[32,128,512] and a row-major copy of it); without
+    :func:`planmap.program_memory.reshard_buffers` the prediction is 0.79 of XLA."""
+    assert _sharded_stage_ratio("gpt-train-2host", 1) == pytest.approx(1.0, abs=0.1)
 
 
 def _chain_graph(tmp_path, model, *shapes):
@@ -139,3 +192,24 @@ def test_a_reduction_fuses_the_convolutions_before_it(tmp_path):
     assert predicted["temp"] < 4 * 16 * 16 * 32 * 4  # less than one activation
     assert sum(predicted.values()) == pytest.approx(
         m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes, rel=0.1)
+
+
+def test_an_expensive_value_read_twice_is_a_buffer(tmp_path):
+    """exp(x) read by two elementwise ops feeding two products: XLA does not duplicate an expensive op
+    into both consumers, so exp(x) is a buffer of its own (one activation more than the same program
+    with a cheap op, which each consumer recomputes)."""
+    import jax.numpy as jnp
+
+    from planmap.program_memory import stage_program_bytes
+
+    b, w = 64, 256
+
+    def temp(f):
+        def model(x, w1, w2):
+            a = f(x)
+            return (a + 1.0) @ w1 + (a * 2.0) @ w2
+
+        g, _ = _chain_graph(tmp_path, model, (b, w), (w, w), (w, w))
+        return stage_program_bytes(g, np.zeros(g.num_nodes, np.int64), 0)["temp"]
+
+    assert temp(jnp.exp) == temp(lambda x: x * 3.0) + b * w * 4
