@@ -18,27 +18,36 @@ materialised), and the stage's footprint is the largest segment (segments run on
   their consumers, so such a value has no buffer of its own unless a kernel that cannot fuse it
   reads it (``dot_general``, ``convolution`` and the other :data:`KERNEL_OPS` take materialised
   operands, :func:`kernels`) or it leaves the segment; a fused value keeps the buffers it is computed
-  from alive until its own last reader runs. A temporary lives from its op to its last reader (ops
-  in id order), and goes into an output buffer it fits and does not overlap in time, or else into
-  one heap (:func:`_temp_bytes`); the transposed copies XLA's CPU layout assignment adds for weight
-  gradients are temporaries too (:func:`_layout_copies`). A reduction runs as a library fusion that
-  takes in the convolutions, dots and elementwise ops only it reads (:func:`_library_fusions`): their
-  values have no buffer (a CNN's pooling swallows the blocks before it).
+  from alive until its own last reader runs. XLA duplicates a cheap producer into each of its
+  consumers but not an expensive one (``exp``, ``log``, ``tanh``, ...: :data:`EXPENSIVE_OPS`), whose
+  value is a buffer when two ops read it (:func:`_shared_expensive`). A temporary lives from its op to
+  its last reader (ops in id order), and goes into an output buffer it fits and does not overlap in
+  time, or else into one heap (:func:`_temp_bytes`); the transposed copies XLA's CPU layout
+  assignment adds for weight gradients are temporaries too (:func:`_layout_copies`). A reduction runs
+  as a library fusion that takes in the convolutions, dots and elementwise ops only it reads
+  (:func:`_library_fusions`): their values have no buffer (a CNN's pooling swallows the blocks before
+  it).
 
 Per device, each value's bytes are divided by its shards under the stage's layout
-(:func:`value_shards`); :func:`plan_program_bytes` does all of this for every stage of a solution.
+(:func:`value_shards`), and a dot whose planned result spec XLA's SPMD partitioner cannot reach from
+its operands' layouts adds the operand it all-gathers (:func:`reshard_buffers`);
+:func:`plan_program_bytes` does all of this for every stage of a solution.
 
 What this does not follow (``bench/results/memory.md`` gives the numbers):
 
-- XLA:CPU's scheduler is breadth-first (an op runs once all its operands are computed, in the order
-  they became ready), not op-id order. In a loss, the labels' one-hot and the gather's indices depend
-  on the labels only and run first, and the gather of the log-probabilities waits for its level, after
-  the logits gradient: five logits-sized buffers overlap where op order has four. Following it needs
-  which operands each result of a call depends on, which the op-level graph does not keep (a call
-  holds no body), so the loss stage of GPT training reads low (0.77).
-- A sharded program holds what XLA's SPMD partitioner materialises to reshard (all-gathered
-  activations and weights, partial sums before a reduce-scatter); the model divides each value by its
-  shards under the stage's layout and adds none of these buffers.
+- XLA:CPU's schedule is breadth-first (``BFSMemoryScheduler``: a FIFO queue over the fused
+  instructions, a user appended once its last operand has run), not op-id order. In the GPT loss the
+  gather of the log-probabilities (it reads the shifted logits and their log-sum) and the fusions of
+  the logits gradient become ready at the same step, and the gradient's were queued first: the
+  shifted logits stay alive across the gradient, five logits-sized buffers where op order has four.
+  The order inside a step follows the fusion pass's instruction and user lists, and the op-level graph
+  keeps ``log_softmax`` and ``take_along_axis`` as calls without bodies, so neither can be followed;
+  an op-level breadth-first order (tried) moved no outlier and put three other stages further off.
+  The loss stage of GPT training reads 0.77, and gpt-train-2host's last stage (its last layer and the
+  loss in one program, with a scalar broadcast XLA materialises for a library fusion and keeps for
+  the backward) 0.81.
+- Other reshards of a sharded program (a collective-permute, gathers of small values) are not added:
+  the model divides each value by its shards under the stage's layout.
 """
 
 from __future__ import annotations
