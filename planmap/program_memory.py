@@ -385,17 +385,17 @@ def _gathered(st: Any, i: int, s: int) -> float:
     out, scatter = sset.out[s], sset.scatter[s]
     total = 0.0
     for d in sorted(set(out[scatter].tolist())):
-        kept = [a for a in range(len(out)) if out[a] == d and not scatter[a] and sizes[a] > 1]
+        held = [a for a in range(len(out)) if out[a] == d and not scatter[a] and sizes[a] > 1]
         scat = [a for a in range(len(out)) if out[a] == d and scatter[a] and sizes[a] > 1]
-        if not kept or not scat or min(scat) > max(kept):
+        if not held or not scat or min(scat) > max(held):
             continue
         for k, v in enumerate(g.operands[i]):
             req = sset.inputs[k][s]
-            if not any(req[a] >= 0 for a in kept):
+            if not any(req[a] >= 0 for a in held):
                 continue
-            rest = from_assignment([-1 if a in kept else int(x) for a, x in enumerate(req)], len(t.shapes[v]))
+            rest = from_assignment([-1 if a in held else int(x) for a, x in enumerate(req)], len(t.shapes[v]))
             size = float(g.value_bytes[v]) / shards(rest, sizes)
-            leading = all(int(req[a]) == 0 for a in kept)
+            leading = all(int(req[a]) == 0 for a in held)
             total += size if leading else 2.0 * size
         whole = from_assignment([-1 if x == d else int(x) for x in out], len(g.outputs[i][0].shape))
         total += float(g.out_bytes[i]) / shards(whole, sizes)
