@@ -2,7 +2,7 @@
 """Predicted memory vs XLA: per example spec and per stage of its golden plan, planmap's per-device
 memory terms against ``compiled.memory_analysis()`` of the programs the runtime compiles for it.
 
-Usage: python bench/memory.py [--specs gpt-8dev,...] [--out bench/results/memory.md]
+Usage: python bench/memory.py [--specs gpt-8dev,...] [--out bench/results/memory.md] [--cpu-scheduler memory]
 
 What is compared. XLA sees one stage program per segment (a training stage has a forward and a
 backward segment), for one microbatch, with the weights as arguments; the optimizer state and the
@@ -23,6 +23,11 @@ The per-device totals the plans record add the same terms on both sides (optimiz
 ratio of the program footprints is what the model gets right or wrong. On a GPU, XLA's temp also
 holds cuBLAS/cuDNN workspaces and its allocator rounds buffers, so the GPU ratio reads a few percent
 higher; the CPU compiler's buffer assignment is otherwise the same algorithm (heap simulation).
+
+``--cpu-scheduler`` compiles every program with another XLA:CPU scheduler (``xla_cpu_scheduler_type``;
+the default picks the concurrency-optimised breadth-first schedule whenever it fits, which is what
+the runtime runs and what the model follows): ``memory`` is the memory-minimising one
+(``bench/results/memory-cpu-scheduler.md``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ import numpy as np  # noqa: E402
 from _stamp import header, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+_SCHEDULERS = {"default": "CPU_SCHEDULER_TYPE_DEFAULT", "memory": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED",
+               "concurrency": "CPU_SCHEDULER_TYPE_CONCURRENCY_OPTIMIZED"}
 SPECS = ("mlp-latency-cpu4acc", "gpt-8dev", "gpt-train-8dev", "cnn-tpu", "gpt-train-2host", "cnn-train-mixed")
 
 
@@ -150,7 +157,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--specs", default=",".join(SPECS))
     parser.add_argument("--out", default=None, help="write the markdown table here (e.g. bench/results/memory.md)")
+    parser.add_argument("--cpu-scheduler", choices=sorted(_SCHEDULERS), default="default",
+                        help="XLA:CPU scheduler every program is compiled with (process-wide, for this bench)")
     opts = parser.parse_args()
+    if opts.cpu_scheduler != "default":  # read when the CPU client starts, which is after this
+        os.environ["XLA_FLAGS"] += f" --xla_cpu_scheduler_type={_SCHEDULERS[opts.cpu_scheduler]}"
     print(header() + "\n", flush=True)
     rows, devices = [], []
     for name in opts.specs.split(","):
@@ -158,7 +169,8 @@ def main() -> None:
         rows += part
         devices.append(line)
         print(f"{name}: done", flush=True)
-    text = (table(rows) + "\n\nPer device, the plan's recorded memory (`evaluate`, the linear terms) against the same "
+    text = (f"XLA:CPU scheduler: {opts.cpu_scheduler}\n\n" + table(rows)
+            + "\n\nPer device, the plan's recorded memory (`evaluate`, the linear terms) against the same "
             "total with the program footprint (optimizer state beyond parameters and gradients, node state and the "
             "stash of the other in-flight microbatches added to it):\n\n" + "\n".join(devices))
     print(text)
