@@ -35,17 +35,22 @@ its operands' layouts adds the operand it all-gathers (:func:`reshard_buffers`);
 
 What this does not follow (``bench/results/memory.md`` gives the numbers):
 
-- XLA:CPU's schedule is breadth-first (``BFSMemoryScheduler``: a FIFO queue over the fused
+- XLA:CPU's schedule is breadth-first (``xla_cpu_scheduler_type`` left at its default picks the
+  concurrency-optimised ``BFSMemoryScheduler`` whenever it fits: a FIFO queue over the fused
   instructions, a user appended once its last operand has run), not op-id order. In the GPT loss the
-  gather of the log-probabilities (it reads the shifted logits and their log-sum) and the fusions of
-  the logits gradient become ready at the same step, and the gradient's were queued first: the
-  shifted logits stay alive across the gradient, five logits-sized buffers where op order has four.
-  The order inside a step follows the fusion pass's instruction and user lists, and the op-level graph
-  keeps ``log_softmax`` and ``take_along_axis`` as calls without bodies, so neither can be followed;
-  an op-level breadth-first order (tried) moved no outlier and put three other stages further off.
-  The loss stage of GPT training reads 0.77, and gpt-train-2host's last stage (its last layer and the
-  loss in one program, with a scalar broadcast XLA materialises for a library fusion and keeps for
-  the backward) 0.81.
+  one-hot scatter of the labels reads no computed value and runs first; after the sum of the
+  exponentials, the gradient's divide and the ``log`` become ready together, the gradient's first, so
+  the two gradient fusions run before the gather of the log-probabilities (which reads the shifted
+  logits and that ``log``): the shifted logits stay alive across the gradient, five logits-sized
+  buffers where op order has four. Following it needs the callees' bodies in the op graph (the ``log``
+  inside ``log_softmax``, and that ``take_along_axis``'s index result depends on the labels only) and
+  XLA's fused graph for the queue; the op-level graph keeps calls as one node, and an op-level
+  breadth-first order (tried) moved no outlier and put three other stages further off. The loss stage
+  of GPT training reads 0.77, and gpt-train-2host's last stage (its last layer and the loss in one
+  program, with a scalar broadcast XLA materialises for a library fusion and keeps for the backward)
+  0.81. Compiling with the memory-minimising scheduler instead is no cure: the first reads 0.95, the
+  second stays at 0.81, and seven stages that match the default schedule leave 10 % (20 of 28 within,
+  ``bench/results/memory-cpu-scheduler.md``).
 - Other reshards of a sharded program (a collective-permute, gathers of small values) are not added:
   the model divides each value by its shards under the stage's layout.
 """

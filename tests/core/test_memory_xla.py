@@ -62,7 +62,8 @@ def _stage_ratio(name: str, k: int) -> float:
         "log-probabilities after the logits gradient: both become ready at the same step and the gradient's "
         "fusions were queued first, so the shifted logits stay alive across it (5 logits-sized buffers where "
         "op order has 4). The op-level graph keeps calls (log_softmax, take_along_axis) without bodies, so "
-        "neither the fusion graph nor its queue order can be followed (0.77)"))),
+        "neither the fusion graph nor its queue order can be followed (0.77; 0.95 under XLA's memory-minimising "
+        "scheduler, which puts seven other stages outside 10 %)"))),
 ])
 def test_stage_program_within_ten_percent_of_xla(name, stage):
     assert _stage_ratio(name, stage) == pytest.approx(1.0, abs=0.1)
