@@ -14,11 +14,15 @@ pipeline DP (``dp``) — and every point of the practitioner's (dp, fsdp, tp, pp
 at most ``GRID_MAX_GROUPS`` layer groups), which are points of the same space; the best step time per microbatch
 wins.
 
-The certificate states the space searched and what is proven: the DP is optimal over contiguous
-ranges of the layer groups × the submeshes × the microbatch counts given its stage costs (additive over the
-groups' baseline layouts, with the refined stages' evaluated times put back), and each stage of the winner
-states its sharding IP's status and gap (or "baselines only" where the IP did not run); neither is a proof
-for the whole plan under :func:`planmap.evaluate.evaluate`, so the status is ``heuristic``.
+The certificate states the space searched and what is proven. The DP is optimal over contiguous ranges of the
+layer groups × the submeshes × the microbatch counts given its stage costs (additive over the groups' baseline
+layouts, with the refined stages' evaluated times put back), and each stage of the winner states its sharding IP's
+status and gap (or "baselines only" where the IP did not run); neither is a proof under
+:func:`planmap.evaluate.evaluate`. The proof is :mod:`.bound`'s: a lower bound on the time per microbatch
+(step / M) of every plan of that space with *any* layout per stage, and of every candidate judged; the gap to it
+gives the status (``optimal`` within :data:`~planmap.solvers.mip_result.OPTIMAL_GAP`, ``gap_reached`` within the
+spec's relative gap, else ``time_limit``: a bound and a gap, the search stopped short of closing it) and the bound
+is recorded on the scale of evaluate's objective (:func:`_proof`).
 """
 
 from __future__ import annotations
@@ -238,16 +242,20 @@ def _proof(problem: Problem, options: SolveOptions, sol: Solution, ev: Evaluatio
 
     status = (Status.OPTIMAL if (gap or 0.0) <= OPTIMAL_GAP else Status.GAP_REACHED if (gap or 0.0) <= options.rel_gap
               else Status.TIME_LIMIT)
-    per_m = ", ".join(f"M={k}: {v * 1e3:.6g}" for k, v in sorted(space.per_m.items()))
-    below = "" if lower == space.score else " (a candidate judged outside the space is below the space's bound)"
+    per_m = ", ".join(f"M={k} {v * 1e3:.6g} ms" for k, v in sorted(space.per_m.items()))
+    if lower < space.score:
+        beyond = (f"a candidate judged outside the space takes {lower * 1e3:.6g} ms, less than any plan of it: the "
+                  f"bound over the space and the {len(judged)} candidates judged is {lower * 1e3:.6g} ms")
+    else:
+        beyond = "no candidate judged outside the space is below it"
     return _Proof(status, bound, gap,
-                  f"lower bound: no plan of the space (contiguous ranges of the layer groups in device order × the "
-                  f"submeshes × any layout of each stage on its submesh's logical meshes × the microbatches, fitting "
-                  f"memory) nor any candidate judged takes less than {lower * 1e3:.6g} ms per microbatch (step / M; "
-                  f"per M, ms: {per_m}){below}; proof: each op at its cheapest strategy, reshards and transfers "
-                  f"between stages free, only the weights counted in memory, the stage DP exact over that table; this "
-                  f"plan takes {score * 1e3:.6g} ms per microbatch, within {gap:.2%} of the bound; the bound is "
-                  f"recorded on the objective's scale (× objective / (step / M))")
+                  f"proof: no plan of the space — contiguous ranges of the layer groups in device order × the "
+                  f"submeshes above at increasing offsets × any layout of each stage on its submesh's logical meshes "
+                  f"× the microbatches, under the schedule's memory — takes less than {space.score * 1e3:.6g} ms per "
+                  f"microbatch (step / M; {per_m}): each op at its cheapest strategy, reshards and transfers between "
+                  f"stages free, only the weights in memory, and the stage DP exact on that table; {beyond}; this "
+                  f"plan takes {score * 1e3:.6g} ms per microbatch, {gap:.2%} above the bound (the bound is recorded "
+                  f"on the scale of evaluate's objective, the bottleneck stage's time: × objective / (step / M))")
 
 
 def _grid(problem: Problem, groups: LayerGroups, choices: list[int]) -> list[tuple[str, Solution, Evaluation]]:

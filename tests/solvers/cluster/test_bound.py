@@ -35,35 +35,15 @@ CHOICES = (1, 2)
 
 @cache
 def mlp_2x2(tmp: Path):
-    """A 3-layer MLP training step (batch 256, hidden 1024), 1F1B, on 2 hosts × 2 H100, coarsened to layers."""
-    import jax
-    import jax.numpy as jnp
-
-    import planmap.export
-    from planmap import frontend
+    """A 3-layer MLP training step (batch 256, hidden 1024), 1F1B, 2 microbatches, on 2 hosts × 2 H100."""
     from planmap.cluster import Topology
-    from planmap.cost import CostModel
-    from planmap.kernels import kernel_counts
-    from planmap.problem import Problem
     from planmap.spec.loader import load_cluster
+    from tests.solvers.cluster.test_cluster import heavy_mlp_problem
 
-    def loss(params, x, y):
-        h = x
-        for i, w in enumerate(params):
-            with jax.named_scope(f"layer{i}"):
-                h = jnp.tanh(h @ w)
-        return jnp.mean((h - y) ** 2)
-
-    params = [jax.ShapeDtypeStruct((1024, 1024), jnp.float32) for _ in range(3)]
-    data = jax.ShapeDtypeStruct((256, 1024), jnp.float32)
-    g = frontend.load_model(planmap.export.jax(jax.value_and_grad(loss), params, data, data, path=tmp / "mlp.mlir"))
     text = (ROOT / "specs" / "clusters" / "h100-2x8.yaml").read_text()
     (tmp / "h100-2x2.yaml").write_text(text.replace("count: 8}", "count: 2}").replace("h100-2x8", "h100-2x2"))
     topo = Topology.from_spec(load_cluster(tmp / "h100-2x2.yaml").spec)
-    coarse = frontend.coarsen(g, "layers")
-    cost = CostModel.build(coarse, topo, mode="training", kernels=kernel_counts(coarse, g))
-    return Problem(name="mlp", graph=coarse, topology=topo, cost=cost, mode="training", schedule="1f1b",
-                   microbatches=2, replication=True, batch_size=256, original=g)
+    return heavy_mlp_problem(tmp, layers=3, hidden=1024, batch=256, topo=topo, microbatches=2)
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +133,7 @@ def test_bound_is_below_every_plan_of_the_space_and_the_planners(problem):
     assert cert.bound is not None and cert.bound <= cert.objective == ev.objective
     assert cert.gap == pytest.approx(relative_gap(cert.objective, cert.bound))
     assert cert.gap == pytest.approx(1 - min(space.score, mine) / mine, abs=1e-9)  # the gap is on step / M
-    assert "lower bound: no plan of the space" in cert.message and f"within {cert.gap:.2%}" in cert.message
+    assert "proof: no plan of the space" in cert.message and f"{cert.gap:.2%} above the bound" in cert.message
 
 
 def test_one_device_floor_covers_the_plain_pipeline_and_memory_cuts_only_what_cannot_fit(problem):
