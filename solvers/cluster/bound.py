@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,7 +55,7 @@ from planmap.problem import Problem
 from planmap.sharding import LogicalMesh
 from planmap.sharding.stage import stage_map, stage_tables
 
-from .costs import inflight_rows, mesh_class
+from .costs import mesh_class
 from .dp import stage_dp
 from .space import LayerGroups, Submesh, stage_meshes, submeshes
 
@@ -138,9 +138,10 @@ class BoundTable:
             hit = self._floor[key] = _op_floor(self.problem, self.groups.ops[g], mesh)
         return hit
 
-    def table(self, subs: Sequence[Submesh], rows: int) -> np.ndarray:
+    def table(self, subs: Sequence[Submesh], rows: int = 1) -> np.ndarray:
         """(rows, G+1, G+1, S) seconds per microbatch no stage of groups [i, j) on ``subs[s]`` beats (module
-        doc), ``inf`` where not a range or where the weights alone do not fit; the same in every row."""
+        doc), ``inf`` where not a range or where the weights alone do not fit; the same in every row (the stash,
+        which the rows of :func:`~.costs.inflight_rows` differ in, is not counted), so the DP needs one."""
         G, S = self.groups.num_groups, len(subs)
         ii, jj = np.meshgrid(np.arange(G + 1), np.arange(G + 1), indexing="ij")
         valid = ii < jj
@@ -171,8 +172,7 @@ def space_bound(problem: Problem, groups: LayerGroups, choices: Sequence[int],
         subs = submeshes(problem, order)
         offsets, sizes = np.array([s.offset for s in subs]), np.array([s.size for s in subs])
         for m in choices:
-            pm = replace(problem, microbatches=m) if m != problem.microbatches else problem
-            table = bounds.table(subs, len(inflight_rows(pm, m)))
+            table = bounds.table(subs, 1)  # one row: the rows (microbatches in flight) differ in the stash only
             res = stage_dp(table, offsets, sizes, len(order), m, formula="step")
             score = np.inf if res is None else res.step_time / max(m, 1)
             states += 0 if res is None else res.states
