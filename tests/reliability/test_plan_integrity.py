@@ -105,7 +105,7 @@ def test_every_edit_fails_check(plan_dir, edit, forged):
 
 def test_a_status_edit_is_caught_by_the_digest(plan_dir, capsys):
     path = plan_dir / f"{PLAN}.plan.yaml"
-    path.write_text(path.read_text().replace("status: heuristic", "status: time_limit"))
+    path.write_text(re.sub(r"(?m)^  status: \w+$", "  status: interrupted", path.read_text()))
     assert main(["check", str(path)]) == 1
     assert "the digest does not match" in capsys.readouterr().err
 
