@@ -149,7 +149,8 @@ def main() -> None:
                  f"{st['tables_time']:.1f} s, group sharding {st['solve_time']:.1f} s, stage DP {st['dp_time']:.1f} s "
                  f"({st['dp_states']} states, t_max candidates tried/distinct {st['dp_candidates']}), chosen stages "
                  f"{st['stages_time']:.1f} s, evaluate {st['evaluate_time']:.1f} s, baselines "
-                 f"{st['baselines_time']:.1f} s, grid {st['grid_time']:.1f} s ({st['grid_points']} points)",
+                 f"{st['baselines_time']:.1f} s, grid {st['grid_time']:.1f} s ({st['grid_points']} points), the "
+                 f"certificate's lower bound {st.get('bound_time', 0.0):.1f} s ({st.get('bound_states', 0)} DP states)",
                  f"- intra-op solves {st['solves']}, cache hits {st['cache_hits']}; stage IP on the chosen stages "
                  f"{st.get('stage_ip_solves', 0)} solves, {st.get('stage_ip_hits', 0)} cache hits, "
                  f"{st.get('stage_ip_time', 0.0):.1f} s, {st.get('stage_ip_kept', 0)} layouts kept; DP re-solves "

@@ -22,6 +22,10 @@
   cannot be checked without solving again: the plan records them apart, as ``solver.remarks``, for review,
   and only ``check --resolve`` compares them.
 
+A solver's bound (a MIP's dual bound, the ``cluster`` solver's bound over its stated space) is likewise not
+re-derivable without solving: check holds it to ``bound ≤ objective`` and ``gap`` = the relative gap of the two
+(:mod:`planmap.plan.integrity`), and ``check --resolve`` reproduces it.
+
 Options a solver chooses itself (e.g. the latency IP's ``q``, a warm start's name, the DQN's evaluation budget)
 are not re-derivable without solving: ``check --resolve`` covers them.
 """

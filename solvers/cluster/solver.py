@@ -14,11 +14,15 @@ pipeline DP (``dp``) — and every point of the practitioner's (dp, fsdp, tp, pp
 at most ``GRID_MAX_GROUPS`` layer groups), which are points of the same space; the best step time per microbatch
 wins.
 
-The certificate states the space searched and what is proven: the DP is optimal over contiguous
-ranges of the layer groups × the submeshes × the microbatch counts given its stage costs (additive over the
-groups' baseline layouts, with the refined stages' evaluated times put back), and each stage of the winner
-states its sharding IP's status and gap (or "baselines only" where the IP did not run); neither is a proof
-for the whole plan under :func:`planmap.evaluate.evaluate`, so the status is ``heuristic``.
+The certificate states the space searched and what is proven. The DP is optimal over contiguous ranges of the
+layer groups × the submeshes × the microbatch counts given its stage costs (additive over the groups' baseline
+layouts, with the refined stages' evaluated times put back), and each stage of the winner states its sharding IP's
+status and gap (or "baselines only" where the IP did not run); neither is a proof under
+:func:`planmap.evaluate.evaluate`. The proof is :mod:`.bound`'s: a lower bound on the time per microbatch
+(step / M) of every plan of that space with *any* layout per stage, and of every candidate judged; the gap to it
+gives the status (``optimal`` within :data:`~planmap.solvers.mip_result.OPTIMAL_GAP`, ``gap_reached`` within the
+spec's relative gap, else ``time_limit``: a bound and a gap, the search stopped short of closing it) and the bound
+is recorded on the scale of evaluate's objective (:func:`_proof`).
 """
 
 from __future__ import annotations
@@ -32,11 +36,12 @@ import numpy as np
 from planmap.errors import PlanmapError, SolverUnavailableError
 from planmap.evaluate import Evaluation, evaluate
 from planmap.microbatching import pick
-from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status, relative_gap
 from planmap.sharding import propagate
 from planmap.sharding.stage import stage_tables
 from planmap.vocabulary import ObjectiveKind
 
+from .bound import SpaceBound, space_bound
 from .costs import StageCosts, inflight_rows
 from .dp import DPResult
 from .grid import grid_plan, grid_points, hosts_width
@@ -188,6 +193,8 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
     if not found and not grid:
         raise SolverUnavailableError(f"solver 'cluster' found no plan for {problem.name}")
     name, sol, ev = pick(found + grid, key=lambda f: (*_score(problem, f[1], f[2]), f[1].microbatches))
+    space = space_bound(problem, groups, choices, _orders(problem))
+    proof = _proof(problem, options, sol, ev, found + grid, space)
     stats = {"groups": groups.num_groups, "distinct_groups": len(set(groups.signature)), "solves": costs.stats.solves,
              "cache_hits": costs.stats.hits, "tables_time": costs.stats.tables_time,
              "solve_time": costs.stats.solve_time, "dp_time": times.get("dp", 0.0), "baselines_time": base_time,
@@ -196,13 +203,59 @@ def plan_cluster(problem: Problem, options: SolveOptions, *, microbatch_choices:
              **_refine_stats(refiner),
              "dp_states": best_dp.states if best_dp else 0,
              "dp_candidates": f"{best_dp.candidates}/{best_dp.candidates_total}" if best_dp else "",
-             "statuses": dict(costs.stats.statuses),
+             "statuses": dict(costs.stats.statuses), "bound_time": space.seconds, "bound_states": space.states,
              "wall_time": time.perf_counter() - t0}
-    message = _message(groups, choices, costs, found, grid, name, ev, problem, refiner, reports.get(name))
-    sol = sol.with_certificate(status=Status.HEURISTIC, solver="cluster", objective=ev.objective, bound=None,
-                               gap=None, version=VERSION, message=message, wall_time=stats["wall_time"],
+    message = _message(groups, choices, costs, found, grid, name, ev, problem, refiner, reports.get(name)) + (
+        f"; {proof.text}")
+    sol = sol.with_certificate(status=proof.status, solver="cluster", objective=ev.objective, bound=proof.bound,
+                               gap=proof.gap, version=VERSION, message=message, wall_time=stats["wall_time"],
                                options={"time_limit": options.time_limit, "rel_gap": options.rel_gap})
     return ClusterAnswer(sol, ev, tuple(found), best_dp, groups, stats)
+
+
+@dataclass(frozen=True)
+class _Proof:
+    status: Status
+    bound: float | None  # on the scale of evaluate's objective (see :func:`_proof`)
+    gap: float | None
+    text: str
+
+
+def _proof(problem: Problem, options: SolveOptions, sol: Solution, ev: Evaluation, judged, space: SpaceBound) -> _Proof:
+    """The certificate's status, bound and gap from the space's bound (:mod:`.bound`).
+
+    Plans are ranked by the time per microbatch ``step / M``; the bound ``L`` is on that score, over the space
+    and every candidate judged (``min`` of the space's bound and their best score). The certificate's objective
+    is evaluate's (the bottleneck stage's time per microbatch, ``step / (M + S − 1)``), so the bound is recorded
+    on that scale — ``L × objective / score`` — which makes the recorded gap exactly ``1 − L / score``: no plan
+    of the space is more than that fraction faster per microbatch than this one."""
+    m = max(sol.microbatches, 1)
+    score = ev.step_time / m
+    fits = [e.step_time / max(s.microbatches, 1) for _, s, e in judged if e.feasible]
+    lower = min([space.score, *fits])
+    if not ev.feasible or not np.isfinite(lower) or not np.isfinite(score) or score <= 0:
+        why = "the plan does not fit memory" if not ev.feasible else "no plan of the space fits"
+        return _Proof(Status.HEURISTIC, None, None, f"no bound ({why})")
+    bound = lower * ev.objective / score
+    gap = relative_gap(ev.objective, bound)
+    from planmap.solvers.mip_result import OPTIMAL_GAP
+
+    status = (Status.OPTIMAL if (gap or 0.0) <= OPTIMAL_GAP else Status.GAP_REACHED if (gap or 0.0) <= options.rel_gap
+              else Status.TIME_LIMIT)
+    per_m = ", ".join(f"M={k} {v * 1e3:.6g} ms" for k, v in sorted(space.per_m.items()))
+    if lower < space.score:
+        beyond = (f"a candidate judged outside the space takes {lower * 1e3:.6g} ms, less than any plan of it: the "
+                  f"bound over the space and the {len(judged)} candidates judged is {lower * 1e3:.6g} ms")
+    else:
+        beyond = "no candidate judged outside the space is below it"
+    return _Proof(status, bound, gap,
+                  f"proof: no plan of the space — contiguous ranges of the layer groups in device order × the "
+                  f"submeshes above at increasing offsets × any layout of each stage on its submesh's logical meshes "
+                  f"× the microbatches, under the schedule's memory — takes less than {space.score * 1e3:.6g} ms per "
+                  f"microbatch (step / M; {per_m}): each op at its cheapest strategy, reshards and transfers between "
+                  f"stages free, only the weights in memory, and the stage DP exact on that table; {beyond}; this "
+                  f"plan takes {score * 1e3:.6g} ms per microbatch, {gap:.2%} above the bound (the bound is recorded "
+                  f"on the scale of evaluate's objective, the bottleneck stage's time: × objective / (step / M))")
 
 
 def _grid(problem: Problem, groups: LayerGroups, choices: list[int]) -> list[tuple[str, Solution, Evaluation]]:

@@ -68,7 +68,7 @@ def test_gitops_story(sample_repo, capsys):
 
     # a hand-edited plan is an error (exit 1), annotated as such
     plan = repo / PLAN
-    plan.write_text(plan.read_text().replace("status: heuristic", "status: time_limit"))
+    plan.write_text(re.sub(r"(?m)^  status: \w+$", "  status: interrupted", plan.read_text()))
     assert main(["check", "--format", "github", PLAN]) == 1
     out = capsys.readouterr().out
     assert out.startswith(f"::error file={PLAN},line=") and "digest does not match" in out

@@ -15,8 +15,8 @@ EDITS = {
     "memory +1 byte": ("memory: 3214848,", "memory: 3214849,"),
     "load +1 ns": ("load_ns: 42832}", "load_ns: 42833}"),
     "data_args": ("data_args: [44]", "data_args: [43]"),
-    "certificate bound": ("bound_ns: null", "bound_ns: 60000"),
-    "certificate gap": ("gap: null", "gap: 0.01"),
+    "certificate bound": ("bound_ns: 50806", "bound_ns: 50805"),
+    "certificate gap": ("  gap: 0.0\n", "  gap: 0.01\n"),
     "generator": ('generator: "planmap 0.1.0"', 'generator: "planmap 0.1.1"'),
 }
 
