@@ -81,20 +81,17 @@ def finetune(
     png: Path | None = typer.Option(None, "--png", help="Write the learning curve here."),
 ) -> None:
     """Fine-tune an agent on one spec's problem."""
-    from dataclasses import replace
-
     from planmap.assemble import build_problem
     from planmap.solvers.dqn import checkpoint
-    from planmap.solvers.dqn.train import train as run
+    from planmap.solvers.dqn.finetune import finetune as run
     from planmap.spec import load_spec
 
     problem = build_problem(load_spec(spec))
     agent, meta = checkpoint.load(checkpoint_path, seed=seed)
-    agent.config = replace(agent.config, eps_start=0.3, eps_decay=2000)
     t0 = time.perf_counter()
     bar, task = _progress(seconds, f"fine-tuning on {problem.name}")
     with bar:
-        log = run(agent, problem, seconds=seconds, seed=seed, on_episode=_budget_callback(bar, task, t0, seconds, None))
+        log = run(agent, problem, seconds, seed=seed, on_episode=_budget_callback(bar, task, t0, seconds, None))
     _save(agent, log, out, png, {**meta, "finetuned_on": problem.name})
 
 

@@ -75,7 +75,7 @@ def _estimate(ret: float, q: float, closed: float, s: Partial, env: PlanEnv) -> 
 
 
 def _beam(agent, env: PlanEnv, width: int) -> list[tuple[float, Actions]]:
-    """Complete action sequences of a Q-ranked beam, best estimate first."""
+    """Complete action sequences of a Q-ranked beam, best estimate first; the greedy episode first of all."""
     space, feats = env.space, env.features
     frontier: list[tuple[Partial, float, float, Actions]] = [(Partial(), 0.0, 0.0, ())]  # state, closed, ret, acts
     done: list[tuple[float, Actions]] = []
@@ -99,7 +99,24 @@ def _beam(agent, env: PlanEnv, width: int) -> list[tuple[float, Actions]]:
             else:
                 frontier.append((s, closed, ret, acts))
     done.sort(key=lambda c: (-c[0], c[1]))
+    greedy = _greedy(agent, env)
+    if greedy is not None:  # the agent's own argmax episode comes first (the beam may prune it on estimates)
+        done = [(math.inf, greedy)] + [c for c in done if c[1] != greedy]
     return done
+
+
+def _greedy(agent, env: PlanEnv) -> Actions | None:
+    """The greedy pipeline episode's actions (argmax Q among the valid pipeline actions), None at a dead end."""
+    s, acts = Partial(), []
+    while s.next_group < env.space.num_groups:
+        m = env.space.mask(s)
+        valid = np.flatnonzero(m[: CPU + 1])
+        if not len(valid):
+            return None
+        a = int(valid[np.argmax(agent.q(env.features.observe(s, m))[valid])])
+        acts.append(a)
+        env.space.apply(s, a)
+    return tuple(acts)
 
 
 def _loads(env: PlanEnv, s: Partial) -> tuple[float, ...]:

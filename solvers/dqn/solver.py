@@ -61,9 +61,9 @@ class DQN:
         groups = int(pt.get("max_groups", 32))
         evals = 0
         if tune > 0:
-            from .train import train
+            from .finetune import finetune
 
-            log = train(agent, problem, seconds=tune, seed=options.seed, max_groups=groups)
+            log = finetune(agent, problem, tune, seed=options.seed, max_groups=groups)
             evals += log.evaluations
         budget, width = int(pt.get("evaluations", 32)), int(pt.get("width", 32))
         seconds = max(0.0, min(float(pt.get("seconds", 10.0)), limit - (time.perf_counter() - t0)))
