@@ -1,8 +1,9 @@
-"""Pre-training on a distribution of problems and fine-tuning on one, within a time (or episode) budget.
+"""Pre-training on a distribution of problems (or plain Q-learning on one), within a time (or episode) budget.
 
-Each episode runs the ε-greedy agent through one environment and stores its transitions; after every
-step one Double-DQN update is made. Environments are cached per problem, so fine-tuning on one target
-pays the group and feature set-up once. The learning curve is the return of every episode, smoothed.
+Each episode runs the ε-greedy agent through one environment and stores its transitions (and, when it ends,
+their returns to go); after every step one Double-DQN update is made. A fixed problem builds its environment
+once. The learning curve is the return of every episode, smoothed. Fine-tuning on a target is
+:mod:`.finetune`.
 """
 
 from __future__ import annotations
