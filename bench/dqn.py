@@ -118,7 +118,7 @@ def finetune_table(args, built: list[tuple[str, Problem, float]], exact: set[str
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 checkpoint.save(a, path, meta)
-        after = plan_with_agent(a, p, args.evaluations)[0]
+        after = plan_with_agent(a, p, args.evaluations, greedy=True)[0]
         afters.append((before.objective / ref, after.objective / ref, before.beam_objective / ref,
                        after.beam_objective / ref))
         out.append(f"| {name} | {fmt(before.objective / ref)} | {fmt(after.objective / ref)} | "

@@ -115,7 +115,7 @@ def evaluate_cmd(
     from planmap.solvers.pipeline.dp import ThroughputDP
     from planmap.spec import load_spec
 
-    agent, _ = checkpoint.load(checkpoint_path)
+    agent, meta = checkpoint.load(checkpoint_path)
     items = [(str(s), lambda s=s: build_problem(load_spec(s))) for s in specs] if specs else held(held_out)
     table = Table("problem", "dqn ms", "evals", "dqn s", "dp ms", "ratio")
     ratios = []
@@ -124,7 +124,7 @@ def evaluate_cmd(
         for name, make in items:
             problem = make()
             t0 = time.perf_counter()
-            res, _ = plan_with_agent(agent, problem, evaluations)
+            res, _ = plan_with_agent(agent, problem, evaluations, greedy="finetuned_on" in meta)
             obj, evals = res.objective, res.evaluations
             wall = time.perf_counter() - t0
             ref = math.nan

@@ -6,12 +6,14 @@ ranks first, and one-step targets take thousands of updates to carry a better pl
 first decision. The agent's own search finds better plans of the same action space quickly — its
 improvement pass follows the cost model's stage loads — so fine-tuning is expert iteration:
 
-* each round runs the search in the agent's grouping (the beam with the current Q-values, then the
-  improvement pass; ``evaluations`` calls) and a few ε-greedy episodes; every episode they play, with its
-  rewards, goes into the replay buffer — the beam's top plans too, so its over-estimates are corrected;
+* each round runs the search in the agent's grouping (the greedy episode and the beam with the current
+  Q-values, then the improvement pass; ``evaluations`` calls) and a few ε-greedy episodes; every episode
+  they play, with its rewards, goes into the replay buffer — the beam's top plans too, so its over-estimates
+  are corrected;
 * then Double-DQN updates whose targets are at least each transition's own return to go
   (``AgentConfig.return_bound``: the environment is deterministic and undiscounted, so that return is a lower
-  bound of the optimal Q-value), so the best plans found become what the beam ranks first.
+  bound of the optimal Q-value), plus DQfD's margin loss on the steps of the four best plans found, so that
+  their actions become the greedy ones: a fine-tuned agent's search judges its greedy episode first.
 
 The rounds repeat until the time (or ``rounds``) is spent: the next beam starts from the better plans and the
 search climbs further from them.
@@ -105,7 +107,7 @@ def finetune(agent: Agent, problem: Problem, seconds: float, *, seed: int = 0, m
     done_rounds = 0
     while left() > 0 and (rounds is None or done_rounds < rounds):
         search(agent, env, evaluations=evaluations, width=width, seconds=max(0.0, min(left(), 30.0)),
-               fine_groups=0)
+               fine_groups=0, greedy=True)
         for _ in range(explore):
             if left() <= 0:
                 break
