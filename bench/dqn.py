@@ -9,9 +9,10 @@ marked ``*``), the shipped agent's search (a Q-ranked beam, then a Q-ordered imp
 made: random valid episodes of the same environment) and ``local-search`` (``max_evaluations`` = the same
 number; its starting baselines are computed without counting evaluate calls). Ratios are to the DP. Then:
 
-* ``--finetune S``: fine-tuning for S seconds on the problems ``--finetune-on`` names (default: the first three
-  with an exact reference and at most 500 nodes), the search's ratio before and after; with ``--finetune-dir D``
-  a fine-tuned checkpoint ``D/<problem>.pt`` is reused when it exists, else written there;
+* ``--finetune S``: fine-tuning (:func:`planmap.solvers.dqn.finetune.finetune`) for S seconds on the problems
+  ``--finetune-on`` names (default: the first three with an exact reference and at most 500 nodes), the
+  search's and the beam's ratio before and after; with ``--finetune-dir D`` a fine-tuned checkpoint
+  ``D/<problem>.pt`` is reused when it exists, else written there; ``--finetune-only`` runs only this table;
 * ``--ablation N``: the paper's pruning question — a fresh agent trained on a problem with and without
   action masking, episodes, steps and ``evaluate`` calls until an episode's plan is within 5 % of the DP
   (at most N episodes).
@@ -27,7 +28,6 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,7 @@ from planmap.solvers import get
 from planmap.solvers.dqn import checkpoint
 from planmap.solvers.dqn.agent import Agent, AgentConfig
 from planmap.solvers.dqn.env import PlanEnv
+from planmap.solvers.dqn.finetune import finetune
 from planmap.solvers.dqn.problems import held_out
 from planmap.solvers.dqn.solver import plan_with_agent
 from planmap.solvers.dqn.train import train
@@ -100,30 +101,36 @@ def finetune_table(args, built: list[tuple[str, Problem, float]], exact: set[str
     names = args.finetune_on.split(",") if args.finetune_on else [
         n for n, p, _ in built if n in exact and p.num_nodes <= 500][:3]
     out = ["", f"Fine-tuning {args.finetune:.0f}s per problem (seed 0; ratios to the DP):", "",
-           "| problem | before | after | dqn beam before | dqn beam after | episodes |", "|---|---|---|---|---|---|"]
+           "| problem | before | after | dqn beam before | dqn beam after | episodes | updates | cpu s |",
+           "|---|---|---|---|---|---|---|---|"]
     afters = []
     for name, p, ref in [b for b in built if b[0] in names]:
         a, meta = checkpoint.load()
         before = plan_with_agent(a, p, args.evaluations)[0]
+        c0 = time.process_time()
         path = args.finetune_dir / f"{name}.pt" if args.finetune_dir else None
         if path is not None and path.is_file():
             a, meta = checkpoint.load(path)
         else:
-            a.config = replace(a.config, eps_start=0.3, eps_decay=2000)
-            log = train(a, p, seconds=args.finetune)
-            meta = {**meta, "finetuned_on": name, "finetune_episodes": len(log.returns)}
+            log = finetune(a, p, args.finetune)
+            meta = {**meta, "finetuned_on": name, "finetune_episodes": len(log.returns),
+                    "finetune_updates": a.updates, "finetune_cpu_s": round(time.process_time() - c0)}
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 checkpoint.save(a, path, meta)
-        after = plan_with_agent(a, p, args.evaluations)[0]
-        afters.append((before.objective / ref, after.objective / ref))
+        after = plan_with_agent(a, p, args.evaluations, greedy=True)[0]
+        afters.append((before.objective / ref, after.objective / ref, before.beam_objective / ref,
+                       after.beam_objective / ref))
         out.append(f"| {name} | {fmt(before.objective / ref)} | {fmt(after.objective / ref)} | "
                    f"{fmt(before.beam_objective / ref)} | {fmt(after.beam_objective / ref)} | "
-                   f"{meta.get('finetune_episodes', '?')} |")
+                   f"{meta.get('finetune_episodes', '?')} | {meta.get('finetune_updates', '?')} | "
+                   f"{meta.get('finetune_cpu_s', '?')} |")
         print(out[-1], flush=True)
     if afters:
-        out.append(f"\nMedian before {fmt(statistics.median(b for b, _ in afters))}, after "
-                   f"{fmt(statistics.median(x for _, x in afters))}.")
+        med = [statistics.median(r[k] for r in afters) for k in range(4)]
+        better = [sum(r[k + 1] < r[k] * (1 - 1e-9) for r in afters) for k in (0, 2)]
+        out.append(f"\nMedian before {fmt(med[0])}, after {fmt(med[1])} (improved on {better[0]} of {len(afters)}); "
+                   f"the beam alone: before {fmt(med[2])}, after {fmt(med[3])} (improved on {better[1]}).")
     return out
 
 
@@ -138,6 +145,7 @@ def main() -> None:
     ap.add_argument("--finetune", type=float, default=0.0, help="seconds per problem (0: skip)")
     ap.add_argument("--finetune-on", default="", help="comma-separated problem names")
     ap.add_argument("--finetune-dir", type=Path, default=None, help="reuse / keep fine-tuned checkpoints here")
+    ap.add_argument("--finetune-only", action="store_true", help="only the fine-tuning table (--finetune-on)")
     ap.add_argument("--ablation", type=int, default=60, help="episodes at most (0: skip)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -146,6 +154,13 @@ def main() -> None:
     stamp = header()
     print(stamp + "\n", flush=True)
     agent, meta = checkpoint.load()
+    if args.finetune_only:  # only the fine-tuning table, on the named problems
+        chosen = [(n, mk()) for n, mk in problems(args.count) if n in args.finetune_on.split(",")]
+        built = [(n, p, exact(p)[0]) for n, p in chosen]
+        tune_lines = finetune_table(args, built, {n for n, *_ in built})
+        if args.out:
+            args.out.write_text(f"```\n{stamp}\n```\n" + "\n".join(tune_lines) + "\n")
+        return
     lines = ["| problem | nodes | devices | dp ms | dqn | dqn beam | random | local search | evals | dqn s | cpu s |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     ratios: dict[str, list[float]] = {"dqn": [], "dqn beam": [], "random": [], "local": []}

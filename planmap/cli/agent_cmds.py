@@ -81,20 +81,17 @@ def finetune(
     png: Path | None = typer.Option(None, "--png", help="Write the learning curve here."),
 ) -> None:
     """Fine-tune an agent on one spec's problem."""
-    from dataclasses import replace
-
     from planmap.assemble import build_problem
     from planmap.solvers.dqn import checkpoint
-    from planmap.solvers.dqn.train import train as run
+    from planmap.solvers.dqn.finetune import finetune as run
     from planmap.spec import load_spec
 
     problem = build_problem(load_spec(spec))
     agent, meta = checkpoint.load(checkpoint_path, seed=seed)
-    agent.config = replace(agent.config, eps_start=0.3, eps_decay=2000)
     t0 = time.perf_counter()
     bar, task = _progress(seconds, f"fine-tuning on {problem.name}")
     with bar:
-        log = run(agent, problem, seconds=seconds, seed=seed, on_episode=_budget_callback(bar, task, t0, seconds, None))
+        log = run(agent, problem, seconds, seed=seed, on_episode=_budget_callback(bar, task, t0, seconds, None))
     _save(agent, log, out, png, {**meta, "finetuned_on": problem.name})
 
 
@@ -118,7 +115,7 @@ def evaluate_cmd(
     from planmap.solvers.pipeline.dp import ThroughputDP
     from planmap.spec import load_spec
 
-    agent, _ = checkpoint.load(checkpoint_path)
+    agent, meta = checkpoint.load(checkpoint_path)
     items = [(str(s), lambda s=s: build_problem(load_spec(s))) for s in specs] if specs else held(held_out)
     table = Table("problem", "dqn ms", "evals", "dqn s", "dp ms", "ratio")
     ratios = []
@@ -127,7 +124,7 @@ def evaluate_cmd(
         for name, make in items:
             problem = make()
             t0 = time.perf_counter()
-            res, _ = plan_with_agent(agent, problem, evaluations)
+            res, _ = plan_with_agent(agent, problem, evaluations, greedy="finetuned_on" in meta)
             obj, evals = res.objective, res.evaluations
             wall = time.perf_counter() - t0
             ref = math.nan

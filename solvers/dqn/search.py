@@ -7,7 +7,9 @@ episode's return, minus the plan's objective in ideal loads (:mod:`.env`) — ca
 compute already costs (the objective is at least the largest per-replica compute of a stage). The beam
 keeps the ``width`` best partial plans at each step (every valid action of each is a candidate; an SPMD
 baseline at the first step is a complete candidate). The best complete pipelines (a quarter of the budget)
-are evaluated, best first (:attr:`SearchResult.beam_objective`: the best of them, what the DQN alone finds);
+are evaluated, best first — with ``greedy`` (a fine-tuned agent) the greedy episode first of all: the beam may
+prune it on its estimates, and fine-tuning makes it the best plan found. :attr:`SearchResult.beam_objective` is
+the best of these, what the DQN alone finds;
 then each, best first, is improved in turn — in a finer grouping of the same graph (up to ``fine_groups``
 groups, cut wherever the beam's grouping cuts, so the beam's plans carry over unchanged and a cut can land
 between two of the coarse groups):
@@ -100,6 +102,20 @@ def _beam(agent, env: PlanEnv, width: int) -> list[tuple[float, Actions]]:
                 frontier.append((s, closed, ret, acts))
     done.sort(key=lambda c: (-c[0], c[1]))
     return done
+
+
+def _greedy(agent, env: PlanEnv) -> Actions | None:
+    """The greedy pipeline episode's actions (argmax Q among the valid pipeline actions), None at a dead end."""
+    s, acts = Partial(), []
+    while s.next_group < env.space.num_groups:
+        m = env.space.mask(s)
+        valid = np.flatnonzero(m[: CPU + 1])
+        if not len(valid):
+            return None
+        a = int(valid[np.argmax(agent.q(env.features.observe(s, m))[valid])])
+        acts.append(a)
+        env.space.apply(s, a)
+    return tuple(acts)
 
 
 def _loads(env: PlanEnv, s: Partial) -> tuple[float, ...]:
@@ -259,7 +275,7 @@ def _descend(replayer: _Replayer, loads: _Loads, acts: Actions, steps: int) -> A
 
 
 def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds: float = 10.0,
-           descent: int = 64, fine_groups: int = 128) -> SearchResult:
+           descent: int = 64, fine_groups: int = 128, greedy: bool = False) -> SearchResult:
     """Beam, then improvement, within ``evaluations`` evaluate calls and ``seconds`` (see the module doc)."""
     t0 = time.perf_counter()
     res = SearchResult()
@@ -305,7 +321,10 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
     levels = [(env, judge_coarse, coarse_seen)] + ([(fine, judge, seen)] if fine is not env else [])
     try:
         limits[0] = budget
-        for _, acts in [c for c in ranked if c[1][-1] <= CPU][: max(1, evaluations // 4)]:
+        top = [a for _, a in ranked if a[-1] <= CPU]
+        first = _greedy(agent, env) if greedy else None  # the beam may prune the argmax episode on its estimates
+        top = ([first] + [a for a in top if a != first]) if first is not None else top
+        for acts in top[: max(1, evaluations // 4)]:
             judge_coarse(acts)
     except StopIteration:
         pass

@@ -33,11 +33,13 @@ VERSION = "3"
 
 
 def plan_with_agent(agent, problem: Problem, evaluations: int = 32, max_groups: int = 32, seconds: float = 10.0,
-                    width: int = 32, fine_groups: int = 128) -> tuple[SearchResult, PlanEnv]:
+                    width: int = 32, fine_groups: int = 128, greedy: bool = False) -> tuple[SearchResult, PlanEnv]:
     """The agent's search (:func:`.search.search`) on ``problem``: at most ``evaluations`` evaluate calls and
-    ``seconds``; the result holds the best plan (``plan``: None when nothing fits)."""
+    ``seconds`` (``greedy``: a fine-tuned agent, its greedy episode judged first); the result holds the best plan
+    (``plan``: None when nothing fits)."""
     env = PlanEnv(problem, max_groups)
-    return search(agent, env, evaluations=evaluations, width=width, seconds=seconds, fine_groups=fine_groups), env
+    return search(agent, env, evaluations=evaluations, width=width, seconds=seconds, fine_groups=fine_groups,
+                  greedy=greedy), env
 
 
 class DQN:
@@ -53,7 +55,7 @@ class DQN:
         t0 = time.perf_counter()
         pt = dict(options.passthrough)
         path = pt.get("checkpoint")
-        agent, _meta = checkpoint.load(path, seed=options.seed)
+        agent, meta = checkpoint.load(path, seed=options.seed)
         ck_path = Path(path) if path else checkpoint.shipped_path()
         sha = checkpoint.sha256(ck_path)
         limit = options.time_limit if options.time_limit and options.time_limit > 0 else math.inf
@@ -61,13 +63,14 @@ class DQN:
         groups = int(pt.get("max_groups", 32))
         evals = 0
         if tune > 0:
-            from .train import train
+            from .finetune import finetune
 
-            log = train(agent, problem, seconds=tune, seed=options.seed, max_groups=groups)
+            log = finetune(agent, problem, tune, seed=options.seed, max_groups=groups)
             evals += log.evaluations
         budget, width = int(pt.get("evaluations", 32)), int(pt.get("width", 32))
         seconds = max(0.0, min(float(pt.get("seconds", 10.0)), limit - (time.perf_counter() - t0)))
-        res, _env = plan_with_agent(agent, problem, budget, groups, seconds, width, int(pt.get("fine_groups", 128)))
+        res, _env = plan_with_agent(agent, problem, budget, groups, seconds, width, int(pt.get("fine_groups", 128)),
+                                    greedy=tune > 0 or "finetuned_on" in meta)
         evals += res.evaluations
         sol = res.plan
         if sol is None:

@@ -1,8 +1,9 @@
-"""Pre-training on a distribution of problems and fine-tuning on one, within a time (or episode) budget.
+"""Pre-training on a distribution of problems (or plain Q-learning on one), within a time (or episode) budget.
 
-Each episode runs the ε-greedy agent through one environment and stores its transitions; after every
-step one Double-DQN update is made. Environments are cached per problem, so fine-tuning on one target
-pays the group and feature set-up once. The learning curve is the return of every episode, smoothed.
+Each episode runs the ε-greedy agent through one environment and stores its transitions (and, when it ends,
+their returns to go); after every step one Double-DQN update is made. A fixed problem builds its environment
+once. The learning curve is the return of every episode, smoothed. Fine-tuning on a target is
+:mod:`.finetune`.
 """
 
 from __future__ import annotations
@@ -33,28 +34,34 @@ class TrainLog:
 
 
 def run_episode(agent: Agent, env: PlanEnv, replay: Replay | None, eps: float | None, log: TrainLog | None = None,
-                learn: bool = True) -> tuple[float, float]:
-    """One episode; with ``replay`` its transitions are stored and (``learn``) one update per step is made.
-    Returns (return, objective: inf when the episode ended without a plan)."""
+                learn: bool = True, policy: Callable[[int, np.ndarray], int | None] | None = None,
+                ) -> tuple[float, float]:
+    """One episode; with ``replay`` its transitions are stored (their returns to go when it ends) and
+    (``learn``) one update per step is made. ``policy(step, mask)`` may dictate an action (None: the agent's
+    ε-greedy choice). Returns (return, objective: inf when the episode ended without a plan)."""
     obs, info = env.reset()
     mask = info["action_mask"]
     total, done = 0.0, False
     info = {}
+    slots: list[int] = []
     while not done:
         if not mask.any():
             break
-        a = agent.act(obs, mask, eps)
+        a = policy(env.state.next_group, mask) if policy is not None else None
+        a = agent.act(obs, mask, eps) if a is None else a
         nxt, r, done, _, info = env.step(a)
         nmask = info.get("action_mask", np.zeros_like(mask))
         total += r
         if replay is not None:
-            replay.add(obs, a, r, nxt, nmask, float(done))
+            slots.append(replay.add(obs, a, r, nxt, nmask, float(done)))
             agent.steps += 1
             if learn:
                 loss = agent.update(replay)
                 if log is not None and loss:
                     log.losses.append(loss)
         obs, mask = nxt, nmask
+    if replay is not None:
+        replay.close_episode(slots)
     return total, float(info.get("objective", math.inf))
 
 

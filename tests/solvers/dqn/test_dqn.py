@@ -232,3 +232,52 @@ def test_finer_grouping_holds_every_plan_of_the_beam():
             _, _, done, _, finfo = fine.step(a)
         assert finfo["objective"] == info["objective"]
         assert fine.plan.assignment.tolist() == coarse.plan.assignment.tolist()
+
+
+def test_replay_fills_each_episodes_return_to_go():
+    from planmap.solvers.dqn.agent import Replay
+    from planmap.solvers.dqn.features import OBS_DIM
+    from planmap.solvers.dqn.space import NUM_ACTIONS
+
+    r = Replay(8)
+    obs, mask = np.zeros(OBS_DIM, np.float32), np.zeros(NUM_ACTIONS, bool)
+    slots = [r.add(obs, 1, rew, obs, mask, 0.0) for rew in (-0.5, 0.0, -1.25)]
+    assert np.isnan(r.ret[slots]).all()  # unknown until the episode ends
+    r.close_episode(slots)
+    assert r.ret[slots].tolist() == [-1.75, -1.25, -1.25]
+
+
+def test_margin_loss_makes_a_demonstrated_plan_the_greedy_one():
+    """The DQfD margin loss fine-tuning adds on the best plans found: 100 updates on one episode's steps make its
+    actions the greedy ones (the mask is the observation's tail), so the beam (greedy episode first) proposes it."""
+    from planmap.solvers.dqn.agent import Replay
+    from planmap.solvers.dqn.space import NUM_ACTIONS
+    from planmap.solvers.dqn.train import run_episode
+
+    p = _gpus()
+    env = PlanEnv(p)
+    agent = Agent(AgentConfig(batch=16, train_every=1, return_bound=True), seed=0)
+    replay = Replay(1000)
+    steps: list[tuple[np.ndarray, int]] = []
+
+    def record(step, mask, rng=np.random.default_rng(3)):
+        a = int(rng.choice(np.flatnonzero(mask)))
+        steps.append((env._obs(), a))
+        return a
+
+    _, obj = run_episode(agent, env, replay, 0.0, learn=False, policy=record)
+    assert math.isfinite(obj)
+    demo = (np.stack([o for o, _ in steps]), np.array([a for _, a in steps], np.int64))
+    assert all(agent.update(replay, demo) > 0 for _ in range(100))
+    actions = [agent.act(o, o[-NUM_ACTIONS:] > 0.5, eps=0.0) for o, _ in steps]
+    assert actions == demo[1].tolist()
+
+
+def test_finetuning_plays_the_search_and_counts_its_evaluations():
+    from planmap.solvers.dqn.finetune import finetune
+
+    p = _paper(True)
+    agent = Agent(AgentConfig(batch=16), seed=0)
+    log = finetune(agent, p, 600, rounds=1, evaluations=8, explore=1, updates=16)
+    assert log.returns and log.evaluations == sum(np.isfinite(log.objectives)) >= 1
+    assert agent.config.return_bound and agent.updates == 16
