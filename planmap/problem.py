@@ -51,6 +51,7 @@ class Status(enum.StrEnum):
     OPTIMAL = "optimal"  # proven optimal (within the backend's tolerances)
     GAP_REACHED = "gap_reached"  # proven within the requested relative gap
     TIME_LIMIT = "time_limit"  # stopped at the time limit with an incumbent
+    BOUNDED = "bounded"  # the search finished with an incumbent and a proven bound, gap above the requested one
     INTERRUPTED = "interrupted"  # stopped by the user (Ctrl-C) with an incumbent
     INFEASIBLE = "infeasible"  # proven that no solution satisfies the constraints
     HEURISTIC = "heuristic"  # a heuristic answer: no bound

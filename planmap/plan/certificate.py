@@ -39,7 +39,9 @@ from planmap.errors import PlanmapError
 __all__ = ["certificate_message", "certificate_rules"]
 
 _HEADS = {"optimal": "proven optimal", "gap_reached": "proven within the relative gap {rel_gap:g}",
-          "time_limit": "stopped at the time limit of {time_limit:g} s", "interrupted": "interrupted by the user",
+          "time_limit": "stopped at the time limit of {time_limit:g} s",
+          "bounded": "search complete, gap to a proven bound above the relative gap {rel_gap:g}",
+          "interrupted": "interrupted by the user",
           "heuristic": "heuristic (no optimality proof)"}
 
 

@@ -135,7 +135,8 @@ class SolverDoc(_Doc):
     name: str = Field(description="Solver that produced the plan.")
     version: str = Field(default="", description="Solver version.")
     backend: str | None = Field(default=None, description="MIP backend, when one was used.")
-    status: str = Field(description="optimal, gap_reached, time_limit, interrupted or heuristic.")
+    status: str = Field(description="optimal, gap_reached, time_limit, bounded (search complete, gap to a proven bound "
+                                    "above the requested one), interrupted or heuristic.")
     objective_ns: int | None = Field(default=None, description="Objective of the plan, ns.")
     bound_ns: int | None = Field(default=None, description="Best proven lower bound, ns.")
     gap: float | None = Field(default=None, description="Relative optimality gap (objective - bound) / objective.")

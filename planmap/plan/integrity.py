@@ -115,7 +115,7 @@ def certificate_problems(doc: PlanDocument) -> list[str]:
         if abs(expected - s.gap) > slack:
             out.append(f"certificate gap {s.gap} is not the relative gap {expected:.6f} of objective "
                        f"{s.objective_ns} ns and bound {s.bound_ns} ns")
-    if s.status in (Status.OPTIMAL, Status.GAP_REACHED) and s.bound_ns is None:
+    if s.status in (Status.OPTIMAL, Status.GAP_REACHED, Status.BOUNDED) and s.bound_ns is None:
         out.append(f"certificate status {s.status} claims a proof but records no bound")
     if s.status == Status.HEURISTIC and s.bound_ns is not None:
         out.append(f"certificate status {s.status} means no bound, but it records the bound {s.bound_ns} ns")

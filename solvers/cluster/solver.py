@@ -241,7 +241,7 @@ def _proof(problem: Problem, options: SolveOptions, sol: Solution, ev: Evaluatio
     from planmap.solvers.mip_result import OPTIMAL_GAP
 
     status = (Status.OPTIMAL if (gap or 0.0) <= OPTIMAL_GAP else Status.GAP_REACHED if (gap or 0.0) <= options.rel_gap
-              else Status.TIME_LIMIT)
+              else Status.BOUNDED)
     per_m = ", ".join(f"M={k} {v * 1e3:.6g} ms" for k, v in sorted(space.per_m.items()))
     if lower < space.score:
         beyond = (f"a candidate judged outside the space takes {lower * 1e3:.6g} ms, less than any plan of it: the "

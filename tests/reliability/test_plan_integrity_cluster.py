@@ -41,7 +41,7 @@ EDITS = {
     "objective variant": lambda t: t.replace("variant: max-load", "variant: max-fw-plus-max-bw"),
     "predicted bytes moved": lambda t: t.replace("bytes_moved: 1310720", "bytes_moved: 1310721"),
     "predicted capacity": lambda t: t.replace("capacity: 15461882265,", "capacity: 15461882264,", 1),
-    "certificate status": lambda t: re.sub(r"status: (time_limit|gap_reached|optimal)", "status: heuristic", t),
+    "certificate status": lambda t: re.sub(r"status: (time_limit|bounded|gap_reached|optimal)", "status: heuristic", t),
     "certificate bound": lambda t: re.sub(r"bound_ns: \d+", "bound_ns: 99999999", t),  # above the objective
     "certificate bound removed": lambda t: re.sub(r"bound_ns: \d+", "bound_ns: null", t),
     "certificate gap": lambda t: re.sub(r"gap: 0\.\d+", "gap: 0.0", t),

@@ -28,7 +28,7 @@ from planmap.plan.document import PlanDocument, ShardingEntry, StageMesh, parse,
 
 # proof-less statuses are interchangeable without solving again (module doc): an edit moves to a proven one
 _STATUS = {"heuristic": "optimal", "time_limit": "optimal", "interrupted": "optimal", "optimal": "heuristic",
-           "gap_reached": "heuristic"}
+           "gap_reached": "heuristic", "bounded": "heuristic"}
 
 
 _NEXT_SCHEDULE = {"none": "gpipe", "gpipe": "1f1b", "1f1b": "gpipe"}
