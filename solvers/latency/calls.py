@@ -22,10 +22,13 @@ A CPU node takes its compute after its producers' values arrive and uses no call
 and min over cuts is one pass over the graph per cut budget (:func:`call_bounds`); at the top ``c`` is
 ``q`` times the number of accelerators, and the latency is at least ``B(m) + tail_fin(m)`` for any node.
 
-The relaxation lets each path choose its own cut (the real ``U`` is one set), so it is weaker than the
-call structure it follows, but it sees that a call leaving a staircase of cells behind computes all of
-them, and that a chain of ``L`` calls costs ``L`` transfers. Tests check it against every feasible
-placement of small graphs (tests/solvers/latency/test_calls.py); figures in ``docs/notes/latency-bounds.md``.
+The paths choose their cuts independently (the real ``U`` is one set); a second family looks at every
+node at once (:func:`_late_sets`): if ``C`` starts at ``s``, each node of ``P(m)`` whose bound exceeds ``s``
+is in ``C``, with everything above it. Both see that a call leaving a staircase of cells behind computes
+all of them, and a chain of ``L`` calls costs ``L`` transfers. Neither sees that a shared ancestor sits in
+one call only: each branch's bound may put it in its own call (GNMT's embedding, which feeds both encoder
+chains). Tests check every bound against every feasible placement of small graphs
+(tests/solvers/latency/test_calls.py); figures in ``docs/notes/latency-bounds.md``.
 """
 
 from __future__ import annotations
