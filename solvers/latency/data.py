@@ -18,6 +18,7 @@ from planmap.crossings import crossings
 from planmap.problem import Problem
 from planmap.vocabulary import Mode
 
+from .calls import call_lower_bound
 from .cuts import (
     BUCKETS,
     PROBE_ROUNDS,
@@ -214,7 +215,8 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
         if ok.any(axis=1).all():  # else the memory precheck or the MIP says why
             allowed = ok
 
-        size = memory_buckets(_own_bytes(node_mem, param_use, param_bytes), capacity, buckets)
+        own = _own_bytes(node_mem, param_use, param_bytes)
+        size = memory_buckets(own, capacity, buckets)
 
         def bounds_of(a):
             return time_bounds(t, a, topo.is_cpu, q, val_prod, pair_val, pair_cons, recv, send, size, buckets)
@@ -228,7 +230,9 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
         def load_of(a, b):
             return contention_bound(t, a, topo.is_cpu, b)
 
-        lower = max(float(np.where(allowed, tb.through, np.inf).min(axis=1).max()), load_of(allowed, tb))
+        lower = max(float(np.where(allowed, tb.through, np.inf).min(axis=1).max()), load_of(allowed, tb),
+                    call_lower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
+                                     send, own, capacity, tb.tail_fin))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
             def refute(a, level, deadline):
                 return branch_refutes(a, level, bounds_of, topo.is_cpu, rounds=PROBE_ROUNDS, deadline=deadline,
