@@ -23,6 +23,8 @@ A call is convex, which couples a node's neighbours: when a producer of ``w`` is
 so is every other producer of ``w`` that is its ancestor, and the call receives both (likewise a
 consumer outside the call takes the consumers that descend from it along). Without this a path could
 "leave" a call over one cheap edge (a layer norm's tiny output) while the activation next to it stays.
+For the same reason a producer kept in its consumer's call brings every node between them into the call,
+with their compute and memory (:mod:`.intervals`: a path over a residual block's shortcut holds the block).
 
 A call also runs its nodes one after another, which the per-path sweep cannot see: at a join of two
 independent producers that share the join's call, the chain through one producer also pays the other
@@ -76,6 +78,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from .intervals import interval_terms
 
 __all__ = ["TimeBounds", "time_bounds", "memory_buckets", "reduce_allowed", "probe_lower_bound", "fits_alone",
            "add_bound_rows", "add_slot_order_rows", "refutes", "FIX_MARGIN", "BUCKETS", "PROBES",
@@ -264,8 +268,8 @@ def _shift(a: np.ndarray, by: np.ndarray) -> np.ndarray:
     """``out[..., d, mu] = a[..., d, mu - by[d]]`` (``inf`` below ``by[d]``): the budget left to the
     rest of a call once a node of ``by[d]`` units is in it."""
     K1 = a.shape[-1]
-    idx = np.arange(K1)[None, :] - by[:, None]
-    out = np.take_along_axis(a, np.broadcast_to(np.maximum(idx, 0), a.shape), axis=-1)
+    idx = np.broadcast_to(np.arange(K1) - np.asarray(by)[..., None], a.shape)
+    out = np.take_along_axis(a, np.maximum(idx, 0), axis=-1)
     return np.where(idx >= 0, out, np.inf)
 
 
@@ -298,6 +302,7 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
     for a, b in sorted(set(zip(prod.tolist(), pair_cons.tolist(), strict=True))):
         preds_of[b].append(a)
     anc, desc = _closures(preds_of)
+    span_t, span_m = interval_terms(prod, pair_cons, anc, desc, t, size)  # nodes a call holds between p and w
     # rmin[x, b]: the least a call on b pays to receive any value of x (from anywhere x may run)
     rmin = np.full((n, D), inf)
     if len(val_prod):
@@ -321,7 +326,8 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         entry = np.where(acc[None, :], np.where(cross[None] & allowed[p][:, :, None], recv[j], inf).min(axis=1), 0.0)
         if len(uses) > 1:  # convexity: a producer outside the call takes its ancestors out with it
             arrive = _coupled(arrive, p, anc, entry)
-        same_call = np.where(in_call & allowed[p][:, :, None], _shift(F[p], size[w]), inf)
+        same_call = np.where(in_call & allowed[p][:, :, None],
+                             _shift(F[p], size[w] + span_m[uses]) + span_t[uses][:, :, None], inf)
         producers = np.unique(p)
         if 2 <= len(producers) <= JOIN_MAX and acc.any():
             opt = _join(producers, p, arrive, same_call, t, rmin, size, anc, preds_of, entry)
@@ -348,10 +354,12 @@ def time_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         out_fin = np.where(ok, reach, inf).min(axis=2)
         if len(uses) > 1:  # convexity: a consumer outside the call takes its descendants out with it
             out, out_fin = _coupled(out, w, desc), _coupled(out_fin, w, desc)
-        stay = np.where(in_call & allowed[w][:, :, None], t[w][:, :, None], inf)  # consumer kept in the call
-        best = np.maximum(np.minimum(out[:, :, None], stay + _shift(G[w], size[v])).max(axis=0), 0.0)
+        # consumer kept in the call, with every node between them
+        stay = np.where(in_call & allowed[w][:, :, None], (t[w] + span_t[uses])[:, :, None], inf)
+        held = size[v] + span_m[uses]
+        best = np.maximum(np.minimum(out[:, :, None], stay + _shift(G[w], held)).max(axis=0), 0.0)
         G[v] = np.where(fits, best, inf)
-        R[v] = np.where(fits & acc[:, None], np.minimum(leave[:, :, None], stay + _shift(R[w], size[v])).max(axis=0),
+        R[v] = np.where(fits & acc[:, None], np.minimum(leave[:, :, None], stay + _shift(R[w], held)).max(axis=0),
                         np.where(fits, 0.0, inf))
         fin_same = np.where(acc[None] & allowed[w], tail_fin[w], inf)
         tail_fin[v] = np.maximum(np.where(acc[None], np.minimum(fin_same, out_fin), out_fin).max(axis=0), 0.0)

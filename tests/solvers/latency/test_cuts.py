@@ -122,11 +122,12 @@ FORK_JOINS = {
 }
 
 
-def fork_join_instance(shape: str, seed: int, q: int) -> Problem:
+def fork_join_instance(shape: str | list[tuple[int, int]], seed: int, q: int) -> Problem:
     """Branchy graphs (the random DAGs have a backbone, so their joins never have independent
     producers): transfers cheap enough that running branches apart can pay, on the paper's cluster
-    or link-dependent GPUs, with memory for about two thirds of the graph per accelerator."""
-    edges = FORK_JOINS[shape]
+    or link-dependent GPUs, with memory for about two thirds of the graph per accelerator. ``shape``
+    names one of ``FORK_JOINS`` or gives the edges."""
+    edges = FORK_JOINS[shape] if isinstance(shape, str) else shape
     n = max(b for _, b in edges) + 1
     rng = np.random.default_rng(seed)
     acc = rng.lognormal(0, 0.6, n)
