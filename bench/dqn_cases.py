@@ -28,7 +28,8 @@ def problem(model: str) -> Problem:
     from planmap.spec.loader import load_cluster
 
     path = ROOT / "specs" / "models" / f"{model}.mlir"
-    path = path if path.is_file() else ROOT / "tests" / "fixtures" / "thirdparty" / f"{model}.mlir"
+    for where in ("thirdparty", "sharding_cases"):
+        path = path if path.is_file() else ROOT / "tests" / "fixtures" / where / f"{model}.mlir"
     topo = Topology.from_spec(load_cluster(ROOT / "specs" / "clusters" / "h100-1x8.yaml").spec)
     original = frontend.load_model(path)
     return Problem.from_graph(frontend.coarsen(original, "auto"), topo, original=original,
