@@ -22,26 +22,33 @@ between two of the coarse groups):
   (objective, then device loads largest first: a tie-break on the plateaus of a bottleneck objective)
   replaces it.
 
+A quarter of the pipelines' evaluations is kept for the last pass (:mod:`.polish`): single operations of the
+best pipeline moved across its stage boundaries, which no grouping of the agent's fixed topological order can
+express (the exact DP's plans of BERT and T5 interleave independent branches across cuts).
+
 The SPMD baselines come last: the agent has no trained Q-values for them (pre-training graphs carry no
 dimension maps) and laying one out takes seconds on a large model, so each beam-ranked baseline whose
 predicted time (from the model's size) fits in half of ``seconds`` keeps an evaluation and its time for the
-end. The improvement pass runs in the beam's grouping first (at most 3/4 of the pipelines' evaluations),
-then in the finer one. The search stops when the budget or the time is spent. Everything is deterministic
+end. The improvement pass runs in the beam's grouping first (at most 3/4 of its evaluations), then in the finer
+one. The search stops when the budget or the time is spent. Everything is deterministic
 (stable sorts, ties broken by the action sequence) except where the time limit cuts the search short, which
 the result says.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from planmap.problem import Solution
+from planmap.evaluate import Evaluation, evaluate
+from planmap.problem import Problem, Solution
 
 from .env import PlanEnv
+from .polish import polish
 from .space import BASELINE_ACTIONS, CONTINUE, CPU, SIZES, Partial
 
 __all__ = ["SearchResult", "search"]
@@ -60,6 +67,8 @@ class SearchResult:
     seconds: float = 0.0
     history: list[float] = field(default_factory=list)  # best objective after each evaluate call
     beam_objective: float = math.inf  # the best of the beam's plans, before the improvement pass
+    evaluation: Evaluation | None = None  # evaluate's verdict on ``plan``
+    moved: int = 0  # units the last pass moved across stage boundaries (:mod:`.polish`)
 
 
 def _open_load(env: PlanEnv, s: Partial) -> float:
@@ -286,7 +295,7 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
         obj = float(info.get("objective", math.inf))
         seen[acts] = key = _key(fine.evaluation) if math.isfinite(obj) else (math.inf, ())
         if obj < res.objective:
-            res.objective, res.actions, res.plan = obj, acts, fine.plan
+            res.objective, res.actions, res.plan, res.evaluation = obj, acts, fine.plan, fine.evaluation
         res.history.append(res.objective)
         return key
 
@@ -311,7 +320,7 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
         pass
     res.beam_objective = res.objective
     for k, (level, level_judge, level_seen) in enumerate(levels):
-        limits[0] = budget if k == len(levels) - 1 else (3 * budget) // 4
+        limits[0] = budget - budget // 4 if k == len(levels) - 1 else (budget - budget // 4) * 3 // 4
         starts = sorted((key, acts) for acts, key in level_seen.items() if math.isfinite(key[0]))
         replayer, loads = _Replayer(agent, level), _Loads(level)
         try:
@@ -319,6 +328,7 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
                 _improve(level_judge, replayer, loads, level_seen, incumbent, current, descent)
         except StopIteration:
             pass
+    _polish(env.problem, res, _plan_judge(env.problem, res, limits, t0), budget, limits)
     try:
         limits[:] = [evaluations, seconds]
         for acts, _ in baselines:
@@ -393,3 +403,32 @@ def _improve(judge, replayer: _Replayer, loads: _Loads, seen: dict, incumbent: t
             if _better(key := judge(nb), incumbent):
                 incumbent, current = key, nb
                 break
+
+
+def _plan_judge(problem: Problem, res: SearchResult, limits: list, t0: float):
+    """Judges a plan (a Solution) for :func:`.polish.polish` under the same budget as the action sequences."""
+    def judge(sol: Solution) -> tuple[tuple[float, tuple], np.ndarray | None]:
+        if res.evaluations >= limits[0] or (res.evaluations and time.perf_counter() - t0 > limits[1]):
+            res.timed_out = res.evaluations < limits[0]
+            raise StopIteration
+        ev = evaluate(problem, sol)
+        res.evaluations += 1
+        if not ev.feasible or not math.isfinite(ev.objective):
+            res.history.append(res.objective)
+            return (math.inf, ()), None
+        if ev.objective < res.objective:
+            res.objective, res.plan, res.evaluation = ev.objective, sol, ev
+            res.moved += 1
+        res.history.append(res.objective)
+        return _key(ev), ev.load
+
+    return judge
+
+
+def _polish(problem: Problem, res: SearchResult, judge, budget: int, limits: list) -> None:
+    """Unit moves across the stage boundaries of the best pipeline (:mod:`.polish`) with what the budget leaves."""
+    if res.plan is None or res.evaluation is None:
+        return
+    limits[0] = budget
+    with contextlib.suppress(StopIteration):
+        polish(problem, res.plan, _key(res.evaluation), res.evaluation.load, judge)
