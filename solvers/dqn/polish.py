@@ -103,7 +103,7 @@ def _descend(problem: Problem, sol: Solution, loads: np.ndarray, parts: list[np.
     return sol
 
 
-def polish(problem: Problem, sol: Solution, key, load: np.ndarray, judge, shortlist: int = 8,
+def polish(problem: Problem, sol: Solution, key, load: np.ndarray, judge, shortlist: int = 6,
            descent: int = 64) -> None:
     """Hill-climb from ``sol`` (its evaluation's key — objective, loads largest first — and per-device load) by
     unit moves: first where a descent on the estimated loads ends, then the ``shortlist`` best single moves;

@@ -22,9 +22,10 @@ between two of the coarse groups):
   (objective, then device loads largest first: a tie-break on the plateaus of a bottleneck objective)
   replaces it.
 
-A quarter of the pipelines' evaluations is kept for the last pass (:mod:`.polish`): single operations of the
+A sixth of the pipelines' evaluations is kept for the last pass (:mod:`.polish`): single operations of the
 best pipeline moved across its stage boundaries, which no grouping of the agent's fixed topological order can
-express (the exact DP's plans of BERT and T5 interleave independent branches across cuts).
+express (the exact DP's plans of BERT and T5 interleave independent branches across cuts); what it leaves goes
+back to the improvement pass in the finer grouping, then the unit moves again.
 
 The SPMD baselines come last: the agent has no trained Q-values for them (pre-training graphs carry no
 dimension maps) and laying one out takes seconds on a large model, so each beam-ranked baseline whose
@@ -319,16 +320,17 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
     except StopIteration:
         pass
     res.beam_objective = res.objective
-    for k, (level, level_judge, level_seen) in enumerate(levels):
-        limits[0] = budget - budget // 4 if k == len(levels) - 1 else (budget - budget // 4) * 3 // 4
-        starts = sorted((key, acts) for acts, key in level_seen.items() if math.isfinite(key[0]))
-        replayer, loads = _Replayer(agent, level), _Loads(level)
-        try:
-            for incumbent, current in starts:
-                _improve(level_judge, replayer, loads, level_seen, incumbent, current, descent)
-        except StopIteration:
-            pass
-    _polish(env.problem, res, _plan_judge(env.problem, res, limits, t0), budget, limits)
+    share = budget - budget // 6  # a sixth of the pipelines' evaluations is kept for the unit moves
+    for k, level in enumerate(levels):
+        limits[0] = share if k == len(levels) - 1 else share * 3 // 4
+        _improve_level(agent, level, descent)
+    polish_judge = _plan_judge(env.problem, res, limits, t0)
+    for _ in range(2):  # unit moves; what they leave back to the improvement pass in the finest grouping, again
+        before = res.evaluations
+        _polish(env.problem, res, polish_judge, budget, limits)
+        _improve_level(agent, levels[-1], descent)
+        if res.evaluations == before or res.evaluations >= budget:
+            break
     try:
         limits[:] = [evaluations, seconds]
         for acts, _ in baselines:
@@ -337,6 +339,17 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
         pass
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _improve_level(agent, level: tuple, descent: int) -> None:
+    """The improvement pass in one grouping (``level``: its environment, judge and judged plans), from every plan
+    judged there, best first, until the current limits stop it."""
+    env, judge, seen = level
+    starts = sorted((key, acts) for acts, key in seen.items() if math.isfinite(key[0]))
+    replayer, loads = _Replayer(agent, env), _Loads(env)
+    with contextlib.suppress(StopIteration):
+        for incumbent, current in starts:
+            _improve(judge, replayer, loads, seen, incumbent, current, descent)
 
 
 def _finer(env: PlanEnv, fine_groups: int) -> PlanEnv:
