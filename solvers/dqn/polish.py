@@ -104,11 +104,12 @@ def _descend(problem: Problem, sol: Solution, loads: np.ndarray, parts: list[np.
 
 
 def polish(problem: Problem, sol: Solution, key, load: np.ndarray, judge, shortlist: int = 6,
-           descent: int = 64) -> None:
+           descent: int = 64, rounds: int | None = None) -> None:
     """Hill-climb from ``sol`` (its evaluation's key — objective, loads largest first — and per-device load) by
     unit moves: first where a descent on the estimated loads ends, then the ``shortlist`` best single moves;
     ``judge(solution) -> (key, load)`` evaluates a plan (raising StopIteration when the budget is spent) and
-    records it; see the module doc."""
+    records it (a plan judged before costs nothing); after ``rounds`` better plans it returns (None: no limit); see
+    the module doc."""
     parts = units(problem)
     tried: set[bytes] = {sol.assignment.tobytes()}
 
@@ -128,5 +129,7 @@ def polish(problem: Problem, sol: Solution, key, load: np.ndarray, judge, shortl
             if better(got):
                 sol, key, load, found = cand, got, cand_load, True
                 break
-        if not found:
+        if rounds is not None:
+            rounds -= 1
+        if not found or rounds == 0:
             return

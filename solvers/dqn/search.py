@@ -24,8 +24,10 @@ between two of the coarse groups):
 
 A sixth of the pipelines' evaluations is kept for the last pass (:mod:`.polish`): single operations of the
 best pipeline moved across its stage boundaries, which no grouping of the agent's fixed topological order can
-express (the exact DP's plans of BERT and T5 interleave independent branches across cuts); what it leaves goes
-back to the improvement pass in the finer grouping, then the unit moves again.
+express (the exact DP's plans of BERT and T5 interleave independent branches across cuts). It alternates with
+the improvement pass in the finer grouping: unit moves up to the first better plan, then a few more of that
+pass's evaluations (a sixteenth of the budget), again, until the budget is spent or neither finds a plan to
+judge.
 
 The SPMD baselines come last: the agent has no trained Q-values for them (pre-training graphs carry no
 dimension maps) and laying one out takes seconds on a large model, so each beam-ranked baseline whose
@@ -325,11 +327,12 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
         limits[0] = share if k == len(levels) - 1 else share * 3 // 4
         _improve_level(agent, level, descent)
     polish_judge = _plan_judge(env.problem, res, limits, t0)
-    for _ in range(2):  # unit moves; what they leave back to the improvement pass in the finest grouping, again
+    while res.evaluations < budget:  # unit moves up to a better plan, then a few more steps of the improvement pass
         before = res.evaluations
         _polish(env.problem, res, polish_judge, budget, limits)
+        limits[0] = min(budget, res.evaluations + max(2, budget // 16))
         _improve_level(agent, levels[-1], descent)
-        if res.evaluations == before or res.evaluations >= budget:
+        if res.evaluations == before:
             break
     try:
         limits[:] = [evaluations, seconds]
@@ -420,7 +423,15 @@ def _improve(judge, replayer: _Replayer, loads: _Loads, seen: dict, incumbent: t
 
 def _plan_judge(problem: Problem, res: SearchResult, limits: list, t0: float):
     """Judges a plan (a Solution) for :func:`.polish.polish` under the same budget as the action sequences."""
+    cache: dict[bytes, tuple[tuple[float, tuple], np.ndarray | None]] = {}
+
     def judge(sol: Solution) -> tuple[tuple[float, tuple], np.ndarray | None]:
+        name = sol.assignment.tobytes() + repr([s.devices for s in sol.stages]).encode()
+        if name not in cache:
+            cache[name] = _judge_plan(sol)
+        return cache[name]
+
+    def _judge_plan(sol: Solution) -> tuple[tuple[float, tuple], np.ndarray | None]:
         if res.evaluations >= limits[0] or (res.evaluations and time.perf_counter() - t0 > limits[1]):
             res.timed_out = res.evaluations < limits[0]
             raise StopIteration
@@ -444,4 +455,4 @@ def _polish(problem: Problem, res: SearchResult, judge, budget: int, limits: lis
         return
     limits[0] = budget
     with contextlib.suppress(StopIteration):
-        polish(problem, res.plan, _key(res.evaluation), res.evaluation.load, judge)
+        polish(problem, res.plan, _key(res.evaluation), res.evaluation.load, judge, rounds=1)
