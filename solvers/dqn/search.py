@@ -24,26 +24,36 @@ between two of the coarse groups):
   (objective, then device loads largest first: a tie-break on the plateaus of a bottleneck objective)
   replaces it.
 
+A sixth of the pipelines' evaluations is kept for the last pass (:mod:`.polish`): single operations of the
+best pipeline moved across its stage boundaries, which no grouping of the agent's fixed topological order can
+express (the exact DP's plans of BERT and T5 interleave independent branches across cuts). It alternates with
+the improvement pass in the finer grouping: unit moves up to the first better plan, then a few more of that
+pass's evaluations (a sixteenth of the budget), again, until the budget is spent or neither finds a plan to
+judge.
+
 The SPMD baselines come last: the agent has no trained Q-values for them (pre-training graphs carry no
 dimension maps) and laying one out takes seconds on a large model, so each beam-ranked baseline whose
 predicted time (from the model's size) fits in half of ``seconds`` keeps an evaluation and its time for the
-end. The improvement pass runs in the beam's grouping first (at most 3/4 of the pipelines' evaluations),
-then in the finer one. The search stops when the budget or the time is spent. Everything is deterministic
+end. The improvement pass runs in the beam's grouping first (at most 3/4 of its evaluations), then in the finer
+one. The search stops when the budget or the time is spent. Everything is deterministic
 (stable sorts, ties broken by the action sequence) except where the time limit cuts the search short, which
 the result says.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from planmap.problem import Solution
+from planmap.evaluate import Evaluation, evaluate
+from planmap.problem import Problem, Solution
 
 from .env import PlanEnv
+from .polish import polish
 from .space import BASELINE_ACTIONS, CONTINUE, CPU, SIZES, Partial
 
 __all__ = ["SearchResult", "search"]
@@ -62,6 +72,8 @@ class SearchResult:
     seconds: float = 0.0
     history: list[float] = field(default_factory=list)  # best objective after each evaluate call
     beam_objective: float = math.inf  # the best of the beam's plans, before the improvement pass
+    evaluation: Evaluation | None = None  # evaluate's verdict on ``plan``
+    moved: int = 0  # units the last pass moved across stage boundaries (:mod:`.polish`)
 
 
 def _open_load(env: PlanEnv, s: Partial) -> float:
@@ -302,7 +314,7 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
         obj = float(info.get("objective", math.inf))
         seen[acts] = key = _key(fine.evaluation) if math.isfinite(obj) else (math.inf, ())
         if obj < res.objective:
-            res.objective, res.actions, res.plan = obj, acts, fine.plan
+            res.objective, res.actions, res.plan, res.evaluation = obj, acts, fine.plan, fine.evaluation
         res.history.append(res.objective)
         return key
 
@@ -329,15 +341,18 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
     except StopIteration:
         pass
     res.beam_objective = res.objective
-    for k, (level, level_judge, level_seen) in enumerate(levels):
-        limits[0] = budget if k == len(levels) - 1 else (3 * budget) // 4
-        starts = sorted((key, acts) for acts, key in level_seen.items() if math.isfinite(key[0]))
-        replayer, loads = _Replayer(agent, level), _Loads(level)
-        try:
-            for incumbent, current in starts:
-                _improve(level_judge, replayer, loads, level_seen, incumbent, current, descent)
-        except StopIteration:
-            pass
+    share = budget - budget // 6  # a sixth of the pipelines' evaluations is kept for the unit moves
+    for k, level in enumerate(levels):
+        limits[0] = share if k == len(levels) - 1 else share * 3 // 4
+        _improve_level(agent, level, descent)
+    polish_judge = _plan_judge(env.problem, res, limits, t0)
+    while res.evaluations < budget:  # unit moves up to a better plan, then a few more steps of the improvement pass
+        before = res.evaluations
+        _polish(env.problem, res, polish_judge, budget, limits)
+        limits[0] = min(budget, res.evaluations + max(2, budget // 16))
+        _improve_level(agent, levels[-1], descent)
+        if res.evaluations == before:
+            break
     try:
         limits[:] = [evaluations, seconds]
         for acts, _ in baselines:
@@ -346,6 +361,17 @@ def search(agent, env: PlanEnv, evaluations: int = 32, width: int = 32, seconds:
         pass
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _improve_level(agent, level: tuple, descent: int) -> None:
+    """The improvement pass in one grouping (``level``: its environment, judge and judged plans), from every plan
+    judged there, best first, until the current limits stop it."""
+    env, judge, seen = level
+    starts = sorted((key, acts) for acts, key in seen.items() if math.isfinite(key[0]))
+    replayer, loads = _Replayer(agent, env), _Loads(env)
+    with contextlib.suppress(StopIteration):
+        for incumbent, current in starts:
+            _improve(judge, replayer, loads, seen, incumbent, current, descent)
 
 
 def _finer(env: PlanEnv, fine_groups: int) -> PlanEnv:
@@ -412,3 +438,40 @@ def _improve(judge, replayer: _Replayer, loads: _Loads, seen: dict, incumbent: t
             if _better(key := judge(nb), incumbent):
                 incumbent, current = key, nb
                 break
+
+
+def _plan_judge(problem: Problem, res: SearchResult, limits: list, t0: float):
+    """Judges a plan (a Solution) for :func:`.polish.polish` under the same budget as the action sequences."""
+    cache: dict[bytes, tuple[tuple[float, tuple], np.ndarray | None]] = {}
+
+    def judge(sol: Solution) -> tuple[tuple[float, tuple], np.ndarray | None]:
+        name = sol.assignment.tobytes() + repr([s.devices for s in sol.stages]).encode()
+        if name not in cache:
+            cache[name] = _judge_plan(sol)
+        return cache[name]
+
+    def _judge_plan(sol: Solution) -> tuple[tuple[float, tuple], np.ndarray | None]:
+        if res.evaluations >= limits[0] or (res.evaluations and time.perf_counter() - t0 > limits[1]):
+            res.timed_out = res.evaluations < limits[0]
+            raise StopIteration
+        ev = evaluate(problem, sol)
+        res.evaluations += 1
+        if not ev.feasible or not math.isfinite(ev.objective):
+            res.history.append(res.objective)
+            return (math.inf, ()), None
+        if ev.objective < res.objective:
+            res.objective, res.plan, res.evaluation = ev.objective, sol, ev
+            res.moved += 1
+        res.history.append(res.objective)
+        return _key(ev), ev.load
+
+    return judge
+
+
+def _polish(problem: Problem, res: SearchResult, judge, budget: int, limits: list) -> None:
+    """Unit moves across the stage boundaries of the best pipeline (:mod:`.polish`) with what the budget leaves."""
+    if res.plan is None or res.evaluation is None:
+        return
+    limits[0] = budget
+    with contextlib.suppress(StopIteration):
+        polish(problem, res.plan, _key(res.evaluation), res.evaluation.load, judge, rounds=1)

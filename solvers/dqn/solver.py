@@ -29,7 +29,7 @@ from .search import SearchResult, search
 
 __all__ = ["DQN", "plan_with_agent"]
 
-VERSION = "3"
+VERSION = "4"
 
 
 def plan_with_agent(agent, problem: Problem, evaluations: int = 32, max_groups: int = 32, seconds: float = 10.0,
