@@ -211,8 +211,7 @@ def _group_layers(part: Partition, graph: OpGraph, labels: Any, scope: list, dir
         return "layer ids", len({layer for layer, _ in by_layer}), not_convex
     # no usable names: tandem repeats of node signatures in topological order
     order = part.groups
-    cheap_op = [is_cheap(kind, flops, nbytes) for kind, flops, nbytes
-                in zip(graph.kind, graph.flops.tolist(), graph.bytes_accessed.tolist(), strict=True)]
+    cheap_op = _cheap_ops(graph)
     sig = [_signature(graph, part.members[g], cheap_op) for g in order]
     repeats = tandem_blocks(sig)
     n_layers = 0
