@@ -102,12 +102,10 @@ def _coarsen_into(graph: OpGraph, todo: list[str], out: dict[str, OpGraph]) -> N
     part = Partition(graph.num_nodes, src, dst)
     labels = label_ops(graph.op_name)
     # group label: (scope id or -1, backward flag or None); unnamed ops are wildcards
-    named = [bool(nm) for nm in graph.op_name]
-    scope = dict(enumerate(labels.group.tolist()))
-    direction = dict(enumerate(b if nm else None for b, nm in zip(graph.backward.tolist(), named, strict=True)))
-    profiled = bool(graph.measured)
-    cheap = dict(enumerate((not profiled) and is_cheap(kind, flops, nbytes) for kind, flops, nbytes
-                           in zip(graph.kind, graph.flops.tolist(), graph.bytes_accessed.tolist(), strict=True)))
+    # per group id (lists: group ids are node ids), updated as groups merge
+    scope = labels.group.tolist()
+    direction = [b if nm else None for b, nm in zip(graph.backward.tolist(), graph.op_name, strict=True)]
+    cheap = [False] * graph.num_nodes if graph.measured else _cheap_ops(graph)
     _fuse(part, cheap, scope, direction)
     n_fused = len(part.members)
     for level in todo:
@@ -125,26 +123,44 @@ def _coarsen_into(graph: OpGraph, todo: list[str], out: dict[str, OpGraph]) -> N
         out[level] = _build(graph, part, labels, scope, direction, layer_of_group, report)
 
 
-def _fuse(part: Partition, cheap: dict, scope: dict, direction: dict) -> None:
+def _cheap_ops(graph: OpGraph) -> list[bool]:
+    """:func:`is_cheap` of every op, decided once per kind (per op only for calls and composites)."""
+    by_kind = {k: is_cheap(k, 0.0, 0.0) for k in set(graph.kind) if k not in _CHEAP_IF_LOW_INTENSITY}
+    cheap = list(map(by_kind.get, graph.kind))
+    for i, kind in enumerate(graph.kind):
+        if kind in _CHEAP_IF_LOW_INTENSITY:
+            cheap[i] = is_cheap(kind, float(graph.flops[i]), float(graph.bytes_accessed[i]))
+    return cheap
+
+
+def _fuse(part: Partition, cheap: list, scope: list, direction: list) -> None:
     """Merge cheap groups into neighbours until nothing changes (each merge is DAG-safe).
 
     A group merges only into a compatible one: the same scope and direction, or either unknown (-1,
     None). The hot loop of coarsening (a merge per op on a long elementwise chain), so the test is
-    inline and the partition's methods are bound once."""
-    members, absorb_targets, merge = part.members, part.absorb_targets, part.absorb
+    inline, a group's unique consumer (its first choice, see :meth:`Partition.absorb_targets`) is
+    tried without building the list of targets, and the partition's methods are bound once."""
+    members, succs, absorb_targets, merge = part.members, part.succs, part.absorb_targets, part.absorb
     changed = True
     while changed:
         changed = False
         for g in part.groups:
-            if g not in members or not cheap[g]:
+            if not cheap[g] or g not in members:
                 continue
             sg, dg = scope[g], direction[g]
             target = None
-            for t in absorb_targets(g):
-                st, dt = scope[t], direction[t]
-                if (sg < 0 or st < 0 or sg == st) and (dg is None or dt is None or dg == dt):
-                    target = t
-                    break
+            s = succs[g]
+            if len(s) == 1:
+                for t in s:
+                    st, dt = scope[t], direction[t]
+                    if (sg < 0 or st < 0 or sg == st) and (dg is None or dt is None or dg == dt):
+                        target = t
+            if target is None:
+                for t in absorb_targets(g):
+                    st, dt = scope[t], direction[t]
+                    if (sg < 0 or st < 0 or sg == st) and (dg is None or dt is None or dg == dt):
+                        target = t
+                        break
             if target is None:
                 continue
             merge(g, target)
@@ -156,7 +172,7 @@ def _fuse(part: Partition, cheap: dict, scope: dict, direction: dict) -> None:
             changed = True
 
 
-def _group_layers(part: Partition, graph: OpGraph, labels: Any, scope: dict, direction: dict,
+def _group_layers(part: Partition, graph: OpGraph, labels: Any, scope: list, direction: list,
                   layer_of_group: dict[int, int]) -> tuple[str | None, int, list[str]]:
     """Contract each (scope, direction) set; structural repeats when names give no layers."""
     not_convex: list[str] = []
@@ -195,8 +211,7 @@ def _group_layers(part: Partition, graph: OpGraph, labels: Any, scope: dict, dir
         return "layer ids", len({layer for layer, _ in by_layer}), not_convex
     # no usable names: tandem repeats of node signatures in topological order
     order = part.groups
-    cheap_op = [is_cheap(kind, flops, nbytes) for kind, flops, nbytes
-                in zip(graph.kind, graph.flops.tolist(), graph.bytes_accessed.tolist(), strict=True)]
+    cheap_op = _cheap_ops(graph)
     sig = [_signature(graph, part.members[g], cheap_op) for g in order]
     repeats = tandem_blocks(sig)
     n_layers = 0
@@ -208,7 +223,7 @@ def _group_layers(part: Partition, graph: OpGraph, labels: Any, scope: dict, dir
     return ("structure" if n_layers else None), n_layers, not_convex
 
 
-def _contract_convex(part: Partition, groups: list[int], scope: dict) -> int | None:
+def _contract_convex(part: Partition, groups: list[int], scope: list[int] | dict[int, int]) -> int | None:
     """Contract ``groups`` if convex, absorbing unlabelled groups on the way; None if impossible."""
     S = set(groups)
     for _ in range(8):
@@ -230,7 +245,7 @@ def _signature(graph: OpGraph, members: Sequence[int], cheap_op: list[bool]) -> 
     return hash(tuple(items))
 
 
-def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction: dict,
+def _build(graph: OpGraph, part: Partition, labels: Any, scope: list, direction: list,
            layer_of_group: dict[int, int], report: dict[str, Any]) -> OpGraph:
     """Materialise the partition as an OpGraph (node ids = topological positions)."""
     node_of, order = part.assignment()
@@ -304,7 +319,7 @@ def _build(graph: OpGraph, part: Partition, labels: Any, scope: dict, direction:
         else:  # a fused node: the layer of its members, if any
             member_layers = graph.layer[mem]
             layer[c] = member_layers.max() if (member_layers >= 0).any() else -1
-        backward[c] = bool(direction.get(g)) if direction.get(g) is not None else bool(graph.backward[h])
+        backward[c] = bool(direction[g]) if direction[g] is not None else bool(graph.backward[h])
         member_lists.append(mem)
     indptr, members = _gather_members(graph, member_lists)
     if (graph.colocation >= 0).any():  # classes given with the graph (profiled, or coarsened before)

@@ -124,18 +124,14 @@ def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
     names = _tf_numbered_layers(names) or names
     cache: dict[str, StackInfo] = {}
     whole: dict[str, StackInfo] = {}
-    seen: dict[str, StackInfo] = {}  # per distinct name: ops of one scope and primitive share a name
-    infos = []
-    for nm in names:
-        info = seen.get(nm)
-        if info is not None:
-            infos.append(info)
-            continue
-        seen[nm] = info = _stack_info(nm, cache, whole)
-        infos.append(info)
+    # labels are per distinct name (ops of one scope and primitive share a name): each op is a code into
+    # the distinct names, in order of first appearance, so groups numbered over the distinct names get
+    # the ids a pass over the ops would give them
+    code_of: dict[str, int] = {}
+    codes = np.fromiter((code_of.setdefault(nm, len(code_of)) for nm in names), np.int64, len(names))
+    infos = [_stack_info(nm, cache, whole) for nm in code_of]
     group_ids: dict[str, int] = {}
     is_layer: list[bool] = []
-    backward = np.fromiter((info.backward for info in infos), bool, len(infos))
     group_list = []
     for info in infos:
         g = -1
@@ -145,7 +141,8 @@ def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
                 g = group_ids[info.group] = len(group_ids)
                 is_layer.append(info.is_layer)
         group_list.append(g)
-    group = np.array(group_list, np.int32)
+    group = np.array(group_list, np.int32)[codes] if infos else np.zeros(0, np.int32)
+    backward = np.array([info.backward for info in infos], bool)[codes] if infos else np.zeros(0, bool)
     group_names = tuple(group_ids)
     # a layer needs a sibling: the same stem with another index (layer3 and layer4, h/0 and h/1)
     stems: dict[str, int] = {}
@@ -159,7 +156,7 @@ def label_ops(names: tuple[str, ...] | list[str]) -> Labels:
         if is_layer[g] and stems[_STEM_RE.sub("#", key)] >= 2:
             layer_of_group[g] = len(layer_names)
             layer_names.append(key)
-    layer = np.full(len(infos), -1, np.int32)
+    layer = np.full(len(codes), -1, np.int32)
     if len(group_names):
         layer = np.where(group >= 0, layer_of_group[np.maximum(group, 0)], -1).astype(np.int32)
     return Labels(group, group_names, layer, tuple(layer_names), backward)
@@ -188,11 +185,12 @@ def _tf_numbered_layers(names) -> list[str] | None:
     """``layer{k}/<name>`` for TensorFlow's flat per-type numbered op names (see module docstring), or
     None when the names are not of that form: some name has scopes, or fewer than two numbers are
     shared by at least two op types."""
-    if any("/" in nm or "(" in nm for nm in names):
+    distinct = dict.fromkeys(names)  # text without locations repeats one name
+    if any("/" in nm or "(" in nm for nm in distinct):
         return None
-    number: dict[str, int | None] = {}  # per distinct name (text without locations repeats one name)
+    number: dict[str, int | None] = {}
     stems_of: dict[int, set[str]] = {}
-    for nm in dict.fromkeys(names):
+    for nm in distinct:
         m = _TF_NUMBERED_RE.match(nm)
         k = number[nm] = int(m.group(2) or 0) if m else None
         if m and k is not None:

@@ -38,9 +38,10 @@ class Partition:
         # deques, so that a merge costs the smaller group's size whichever side is larger (union by size)
         self.members: dict[int, deque[int]] = dict(zip(range(n), map(deque, zip(range(n))), strict=True))
         keep = src != dst
-        self.succs: dict[int, set[int]] = _adjacency(n, src[keep], dst[keep])
-        self.preds: dict[int, set[int]] = _adjacency(n, dst[keep], src[keep])
-        self.pos: dict[int, int] = {i: i for i in range(n)}
+        # indexed by group id (lists: cheaper than dicts per merge); None once the group is merged away
+        self.succs: list[set[int] | None] = _adjacency(n, src[keep], dst[keep])
+        self.preds: list[set[int] | None] = _adjacency(n, dst[keep], src[keep])
+        self.pos: list[int] = list(range(n))  # stale for merged-away groups (only live ones are read)
 
     # --------------------------------------------------------------------------- queries
     def find(self, i: int) -> int:
@@ -73,26 +74,30 @@ class Partition:
         (at its front when y is the smaller), so chains of merges stay near-linear.
         """
         succs, preds = self.succs, self.preds
-        for p in preds.pop(x):
-            succs[p].discard(x)
+        sy, py, sx, px = succs[y], preds[y], succs[x], preds[x]
+        succs[x] = preds[x] = None
+        for p in px:
+            sp = succs[p]
+            sp.discard(x)
             if p != y:
-                succs[p].add(y)
-                preds[y].add(p)
-        for s in succs.pop(x):
-            preds[s].discard(x)
+                sp.add(y)
+                py.add(p)
+        for s in sx:
+            ps = preds[s]
+            ps.discard(x)
             if s != y:
-                preds[s].add(y)
-                succs[y].add(s)
-        preds[y].discard(x)
-        succs[y].discard(x)
+                ps.add(y)
+                sy.add(s)
+        py.discard(x)
+        sy.discard(x)
         self.parent[x] = y
-        xm, ym = self.members.pop(x), self.members[y]
+        members = self.members
+        xm, ym = members.pop(x), members[y]
         if len(xm) > len(ym):
             xm.extendleft(reversed(ym))
-            self.members[y] = xm
+            members[y] = xm
         else:
             ym.extend(xm)
-        del self.pos[x]
 
     def absorb_targets(self, g: int) -> list[int]:
         """Groups that ``g`` can safely be merged into, in order of preference (see module docstring).
@@ -148,7 +153,7 @@ class Partition:
         Sset = set(S)
         # ancestors of S inside the window must stay before it; everything else goes after it
         anc = self._reach(Sset, self.preds, lambda q: q > lo)
-        window = sorted((g for g in pos if lo <= pos[g] <= hi), key=pos.__getitem__)
+        window = sorted((g for g in self.members if lo <= pos[g] <= hi), key=pos.__getitem__)
         slots = [pos[g] for g in window]
         head = S[0]
         order = [g for g in window if g in anc] + [head] + [g for g in window if g not in anc and g not in Sset]
@@ -168,9 +173,9 @@ class Partition:
         return out, order
 
 
-def _adjacency(n: int, frm: np.ndarray, to: np.ndarray) -> dict[int, set[int]]:
-    """``{i: set of to[k] for every k with frm[k] == i}`` for ``i`` in ``0..n-1`` (one sort, no per-edge loop)."""
+def _adjacency(n: int, frm: np.ndarray, to: np.ndarray) -> list[set[int] | None]:
+    """``[set of to[k] for every k with frm[k] == i for i in 0..n-1]`` (one sort, no per-edge loop)."""
     order = np.argsort(frm, kind="stable")
     bounds = np.searchsorted(frm[order], np.arange(n + 1)).tolist()
     targets = to[order].tolist()
-    return {i: set(targets[bounds[i]:bounds[i + 1]]) for i in range(n)}
+    return [set(targets[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]

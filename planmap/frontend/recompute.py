@@ -27,6 +27,8 @@ def recomputed_nodes(graph: OpGraph) -> np.ndarray:
     """(n,) bool per node of an original (op-level) graph: a cheap op computed from entry arguments and
     other such ops only, which each consuming stage recomputes. Coarse nodes are never recomputed."""
     out = np.zeros(graph.num_nodes, bool)
+    if RECOMPUTED_OPS.isdisjoint(graph.kind):  # one pass in C; most long chains have none
+        return out
     candidates = [i for i, k in enumerate(graph.kind) if k in RECOMPUTED_OPS]
     if not candidates:
         return out

@@ -19,7 +19,7 @@ from planmap import __version__
 from planmap.errors import InputError
 from planmap.evaluate import Evaluation
 from planmap.io import INPUT_KINDS, read_input, sha256_input
-from planmap.plan.canonical import CANONICAL_ROLES, canonical_sha256_of
+from planmap.plan.canonical import CANONICAL_ROLES, canonical_sha256_of, canonical_sha256_of_value
 from planmap.plan.certificate import certificate_message
 from planmap.plan.document import (
     FORMAT_VERSION,
@@ -72,10 +72,13 @@ def _rel(path: Path, base: Path) -> str:
     return Path(os.path.relpath(Path(path).resolve(), Path(base).resolve())).as_posix()
 
 
-def plan_input(role: str, path: Path, plan_dir: Path) -> PlanInput:
+def plan_input(role: str, path: Path, plan_dir: Path, loaded: tuple[bytes, Any] | None = None) -> PlanInput:
     """An input of a plan in ``plan_dir``: its path relative to the plan and the hashes that make the plan stale
-    (spec and cluster also by their parsed content, see :mod:`planmap.plan.canonical`)."""
-    if role in CANONICAL_ROLES:  # one read for both hashes: the file cannot change between them
+    (spec and cluster also by their parsed content, see :mod:`planmap.plan.canonical`). ``loaded``: the
+    document's bytes and parsed value as the spec loader read them (the documents solved), else it is read."""
+    if role in CANONICAL_ROLES and loaded is not None:
+        digest, canonical = hashlib.sha256(loaded[0]).hexdigest(), canonical_sha256_of_value(loaded[1])
+    elif role in CANONICAL_ROLES:  # one read for both hashes: the file cannot change between them
         raw = read_input(path, INPUT_KINDS[role])
         digest, canonical = hashlib.sha256(raw).hexdigest(), canonical_sha256_of(raw)
     else:  # an artifact (up to GiBs) is streamed, hashed by its bytes only
@@ -96,7 +99,8 @@ def _inputs(spec: Any, plan_dir: Path, solver_inputs: Sequence[tuple[str, str]] 
     if profile is not None:
         items.append(("profile", profile))
     items += [(role, Path(p)) for role, p in solver_inputs]
-    return [plan_input(r, p, plan_dir) for r, p in items]
+    sources = getattr(spec, "sources", None) or {}  # a spec-like object that is not a LoadedSpec has none
+    return [plan_input(r, p, plan_dir, sources.get(p) if r in CANONICAL_ROLES else None) for r, p in items]
 
 
 def _layer_names(problem: Problem, nodes: np.ndarray) -> list[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from planmap.io import read_input
 
-__all__ = ["CANONICAL_ROLES", "canonical_sha256", "canonical_sha256_of", "canonical_text"]
+__all__ = ["CANONICAL_ROLES", "canonical_sha256", "canonical_sha256_of", "canonical_sha256_of_value", "canonical_text"]
 
 CANONICAL_ROLES = frozenset({"spec", "cluster"})  # inputs hashed by meaning; others by bytes
 _UNPARSED = b"\x00unparsed-yaml\x00"
@@ -35,7 +35,17 @@ def canonical_text(text: str) -> str | None:
     data, _, diagnostics = read_yaml(text.encode("utf-8", "surrogatepass"), "<input>")
     if diagnostics:
         return None
-    return json.dumps([data], sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _canonical_json(data)
+
+
+def _canonical_json(value: object) -> str:
+    return json.dumps([value], sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def canonical_sha256_of_value(value: object) -> str:
+    """:func:`canonical_sha256_of` of a document from the value :func:`planmap.spec.yamlpos.read_yaml` read from it
+    without diagnostics (the spec loader keeps it: the file need not be parsed again to hash it)."""
+    return hashlib.sha256(_canonical_json(value).encode()).hexdigest()
 
 
 def canonical_sha256(path: str | Path) -> str:

@@ -34,14 +34,18 @@ class LoadedSpec:
 
     Behaves like the :class:`PlanSpec` (attribute access is forwarded), plus ``path``,
     ``cluster_path`` (None when inline) and ``model_path`` (absolute), which plans hash.
+    ``sources`` maps the spec's and the cluster's path to ``(bytes, parsed value)`` as loaded, so
+    that a plan hashes the very documents that were solved without reading and parsing them again.
     """
 
-    __slots__ = ("document", "path", "cluster_path")
+    __slots__ = ("document", "path", "cluster_path", "sources")
 
-    def __init__(self, document: PlanSpec, path: Path, cluster_path: Path | None):
+    def __init__(self, document: PlanSpec, path: Path, cluster_path: Path | None,
+                 sources: dict[Path, tuple[bytes, Any]] | None = None):
         self.document = document
         self.path = path
         self.cluster_path = cluster_path
+        self.sources = sources or {}
 
     def __getattr__(self, name: str):
         return getattr(self.document, name)
@@ -199,14 +203,19 @@ def _by_alias(model: type[BaseModel], alias: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ loading
-def _read(path: Path, kind: str) -> tuple[Any, Positions, list[Diagnostic]]:
-    """Parse a spec or cluster file read through the bounded reader (regular file, size cap)."""
+def _read(path: Path, kind: str, sources: dict[Path, tuple[bytes, Any]] | None = None
+          ) -> tuple[Any, Positions, list[Diagnostic]]:
+    """Parse a spec or cluster file read through the bounded reader (regular file, size cap); a file read
+    without diagnostics is recorded in ``sources`` (see :class:`LoadedSpec`)."""
     file = str(path)
     try:
-        data = read_input(path, kind)
+        raw = read_input(path, kind)
     except InputLimitError as e:
         return None, Positions(), [Diagnostic(file, 1, 1, e.code, e.detail)]
-    return read_yaml(data, file)
+    data, pos, diags = read_yaml(raw, file)
+    if sources is not None and not diags:
+        sources[path] = (raw, data)
+    return data, pos, diags
 
 
 def _header(data: Any, pos: Positions, file: str, want: str | None) -> list[Diagnostic]:
@@ -257,10 +266,10 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
-def load_cluster(path: str | Path) -> Cluster:
+def load_cluster(path: str | Path, sources: dict[Path, tuple[bytes, Any]] | None = None) -> Cluster:
     """Load and validate a ``kind: Cluster`` document; raise :class:`SpecError` with every mistake."""
     path = Path(path)
-    data, pos, diags = _read(path, "cluster")
+    data, pos, diags = _read(path, "cluster", sources)
     if data is None:
         raise SpecError(diags)
     diags += _header(data, pos, str(path), "Cluster")
@@ -278,10 +287,12 @@ def load_spec(path: str | Path) -> LoadedSpec:
     Raises :class:`SpecError` listing every mistake of the spec and of the referenced cluster file.
     """
     path = Path(path)
-    return _load_spec(path, *_read(path, "spec"))
+    sources: dict[Path, tuple[bytes, Any]] = {}
+    return _load_spec(path, *_read(path, "spec", sources), sources)
 
 
-def _load_spec(path: Path, data: Any, pos: Positions, diags: list[Diagnostic]) -> LoadedSpec:
+def _load_spec(path: Path, data: Any, pos: Positions, diags: list[Diagnostic],
+               sources: dict[Path, tuple[bytes, Any]]) -> LoadedSpec:
     """:func:`load_spec` of a spec file already read and parsed (``data``, ``pos``, ``diags`` of :func:`_read`)."""
     if data is None:
         raise SpecError(diags)
@@ -301,7 +312,7 @@ def _load_spec(path: Path, data: Any, pos: Positions, diags: list[Diagnostic]) -
             skip = _CLUSTER_DEPENDENT
         else:
             try:
-                cluster = load_cluster(cluster_path)
+                cluster = load_cluster(cluster_path, sources)
                 data = {**data, "spec": {**body, "cluster": cluster.spec}}
             except SpecError as e:
                 diags.extend(e.diagnostics)
@@ -312,7 +323,7 @@ def _load_spec(path: Path, data: Any, pos: Positions, diags: list[Diagnostic]) -
     diags += errs
     if diags or doc is None:
         raise SpecError(diags)
-    return LoadedSpec(doc, path, cluster_path)
+    return LoadedSpec(doc, path, cluster_path, sources)
 
 
 # When the referenced cluster is broken, errors under these paths are consequences, not news.
@@ -327,7 +338,8 @@ _PLACEHOLDER = {
 def load_document(path: str | Path) -> LoadedSpec | Cluster:
     """Load a PlanSpec or a Cluster, whichever the file's ``kind`` says."""
     path = Path(path)
-    data, pos, read_diags = _read(path, "spec")
+    sources: dict[Path, tuple[bytes, Any]] = {}
+    data, pos, read_diags = _read(path, "spec", sources)
     if data is None:
         raise SpecError(read_diags)
     diags = _header(data, pos, str(path), None)
@@ -335,4 +347,4 @@ def load_document(path: str | Path) -> LoadedSpec | Cluster:
         raise SpecError(diags)
     if data.get("kind") == "Cluster":
         return load_cluster(path)  # read again: a cluster file has its own size cap
-    return _load_spec(path, data, pos, read_diags)  # the spec as read here: parsed once
+    return _load_spec(path, data, pos, read_diags, sources)  # the spec as read here: parsed once
