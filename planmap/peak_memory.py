@@ -10,7 +10,8 @@ allocates for the stage (``bench/results/memory.md``). The number a plan records
   (:func:`planmap.program_memory.stage_program_bytes`: the parameters and received values it reads, the
   values it sends, its temporaries under liveness in op order; each value divided by its shards under the
   stage's layout, a replicated stage's activations by its replicas), checked against XLA's
-  ``memory_analysis()`` (median 1.001);
+  ``memory_analysis()`` (median 1.001); a checkpointed stage's recomputed ops are rebuilt in the program
+  that reads them (its backward), as the runtime runs them;
 - **optimizer** (training): what the parameters' optimizer state adds beyond the parameters and their
   gradients, which the program already holds (arguments and outputs): the linear model's bytes per device
   of the stage's parameters with gradients and optimizer state (ZeRO-aware on sharded stages), less twice
@@ -33,8 +34,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planmap.evaluation import Evaluation, is_memory_violation
+from planmap.frontend.recompute import recomputed_nodes
+from planmap.graph import OpGraph
 from planmap.problem import Problem, Solution
-from planmap.program_memory import stage_program_bytes, value_shards
+from planmap.program_memory import segment_bytes, stage_program_bytes, value_shards
+from planmap.remat import remat_ops
+from planmap.segments import stage_programs
 from planmap.units import format_bytes
 from planmap.vocabulary import Mode, ObjectiveKind
 
@@ -111,13 +116,36 @@ def stage_programs_bytes(problem: Problem, solution: Solution) -> list[dict[str,
     splits = value_shards(problem, solution)
     is_param = np.zeros(original.num_values, bool)
     is_param[original.param_values] = True
+    remat = problem.cost.remat and solution.shardings is None  # as the plan records it (planmap.plan.build)
     out = []
     for k, st in enumerate(solution.stages):
         split = splits[k]
         if split is None and solution.shardings is None and len(st.devices) > 1:
             split = np.where(is_param, 1.0, float(len(st.devices)))  # replicas split the microbatch
-        out.append(stage_program_bytes(original, op_group, k, split=split))
+        again = remat_ops(g, original, np.flatnonzero(np.asarray(solution.assignment) == k)) if remat else ()
+        if len(again):
+            out.append(_checkpointed_program(original, op_group, k, again, split))
+        else:
+            out.append(stage_program_bytes(original, op_group, k, split=split))
     return out
+
+
+def _checkpointed_program(graph: OpGraph, op_group: np.ndarray, k: int, again: np.ndarray,
+                          split: np.ndarray | None) -> dict[str, float]:
+    """:func:`~planmap.program_memory.stage_program_bytes` of a checkpointed stage: its ``again`` ops (the plan's
+    ``remat``) are rebuilt by the program that reads them, as the cheap recomputed ops are — the runtime copies
+    them into the backward program, fed by the stashed boundary values (:mod:`planmap.runtime.remat`) — so
+    they are neither outputs of the forward program nor arguments of the backward one."""
+    cheap = recomputed_nodes(graph)
+    cheap[again] = True
+    best = {"params": 0.0, "inputs": 0.0, "outputs": 0.0, "temp": 0.0}
+    for ops in stage_programs(graph.pred, op_group, k):
+        own = np.zeros(graph.num_nodes, bool)
+        own[ops] = True
+        part = segment_bytes(graph, own & ~cheap, cheap=cheap, split=split)
+        if sum(part.values()) > sum(best.values()):
+            best = part
+    return best
 
 
 def _positions(problem: Problem, solution: Solution, ev: Evaluation) -> tuple[np.ndarray, int]:
