@@ -22,8 +22,8 @@ allocates for the stage (``bench/results/memory.md``). The number a plan records
   times ``in_flight - 1``.
 
 A device holding several stages holds the sum of theirs (their programs' buffers are not shared). This is
-computed once per final plan (0.01-2.3 s on the examples: one liveness pass per compiled program), never inside a
-solver: :func:`with_peak_memory` replaces an :class:`~planmap.evaluation.Evaluation`'s memory and its memory
+computed once per final plan (at most 0.3 s of CPU on the examples: one liveness pass per compiled program), never
+inside a solver: :func:`with_peak_memory` replaces an :class:`~planmap.evaluation.Evaluation`'s memory and its memory
 verdict with these numbers.
 """
 
