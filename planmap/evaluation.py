@@ -13,7 +13,9 @@ import numpy as np
 
 from planmap.problem import Problem
 
-__all__ = ["Evaluation", "memory_violations"]
+__all__ = ["Evaluation", "memory_violations", "is_memory_violation"]
+
+_MEMORY_VIOLATION = "memory exceeded on "  # how every memory violation starts (linear terms or program model)
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,6 +38,9 @@ class Evaluation:
     stage_order: tuple[int, ...]  # pipelines: stage ids in pipeline order
     spmd: Any = None  # SPMD plans: the planmap.sharding.SpmdEvaluation (collectives, compute vs comm)
     stages: tuple = ()  # whole-cluster plans: a planmap.evaluate_stages.StageEvaluation per stage
+    # a final plan's memory under the program model (planmap.peak_memory.PeakMemory): ``memory`` and the memory
+    # verdict are then its numbers; None: the solvers' linear terms (what evaluate computes)
+    peak: Any = None
 
     @property
     def bottleneck_device(self) -> int:
@@ -50,5 +55,10 @@ def memory_violations(problem: Problem, mem: np.ndarray, violations: list[str]) 
         from planmap.units import format_bytes
 
         d = int(over[np.argmax(mem[over] - cap[over])])
-        violations.append(f"memory exceeded on {len(over)} device(s), e.g. {problem.topology.names[d]} needs "
+        violations.append(f"{_MEMORY_VIOLATION}{len(over)} device(s), e.g. {problem.topology.names[d]} needs "
                           f"{format_bytes(mem[d])} of {format_bytes(cap[d])} usable")
+
+
+def is_memory_violation(violation: str) -> bool:
+    """Whether ``violation`` is a memory violation (:func:`memory_violations` or the program model's)."""
+    return violation.startswith(_MEMORY_VIOLATION)

@@ -84,8 +84,15 @@ class Choice:
     statement: str
 
 
-def choose(problem: Problem, solution: Solution) -> Choice:
-    """Choose M for ``solution``'s decisions among ``problem.microbatch_candidates`` (see the module doc)."""
+Final = Callable[[Problem, Solution, Evaluation], Evaluation]
+
+
+def choose(problem: Problem, solution: Solution, final: Final | None = None) -> Choice:
+    """Choose M for ``solution``'s decisions among ``problem.microbatch_candidates`` (see the module doc).
+
+    ``final(problem, solution, evaluation)``: the verdict of a final plan (the program-model memory,
+    :func:`planmap.peak_memory.with_peak_memory`), too slow for every candidate: the winner under ``evaluate`` is
+    judged by it, and when it does not hold, the next winner, until one does or no candidate is left."""
     from planmap.evaluate import evaluate
 
     throughput = problem.objective is ObjectiveKind.THROUGHPUT
@@ -98,20 +105,39 @@ def choose(problem: Problem, solution: Solution) -> Choice:
                      "at most min(M, stages from it to the last) microbatches in flight per stage instead of M), "
                      "so gpipe was not evaluated")
     if len(ms) == 1:  # nothing to choose: the solver's answer as it is
-        return Choice(problem, solution, evaluate(problem, solution), statement)
+        ev = evaluate(problem, solution)
+        return Choice(problem, solution, ev if final is None else final(problem, solution, ev), statement)
     trials = []
     for m in ms:
         pm = problem.decide(m, sched)
         sol = replace(solution, microbatches=m, schedule=sched if pipe else None)
         trials.append((pm, sol, evaluate(pm, sol)))
-    pm, sol, ev = pick(trials, key=lambda t: (not t[2].feasible, _per_microbatch(t[2], t[0].microbatches),
-                                              t[0].microbatches))
+    pm, sol, ev = _judged(trials, final)
     times = ", ".join(f"M={p.microbatches} " + (f"{_per_microbatch(e, p.microbatches) * 1e3:.6g} ms"
                                                  if e.feasible else "infeasible") for p, _, e in trials)
     chosen = (f"microbatches chosen from {{{', '.join(map(str, ms))}}} by the time per sample under evaluate "
               f"(the smallest M within {TIE_TOLERANCE:.0%} of the best): M={pm.microbatches} "
               f"(step time per microbatch: {times})")
     return Choice(pm, sol, ev, "; ".join(x for x in (chosen, statement) if x))
+
+
+def _judged(trials: list[tuple[Problem, Solution, Evaluation]],
+            final: Final | None) -> tuple[Problem, Solution, Evaluation]:
+    """The :func:`pick` of ``trials`` whose ``final`` verdict holds (``trials`` is updated with the verdicts
+    given); with none left feasible, :func:`pick`'s answer among all (an infeasible one)."""
+    def key(t: tuple[Problem, Solution, Evaluation]) -> tuple[bool, float, int]:
+        return not t[2].feasible, _per_microbatch(t[2], t[0].microbatches), t[0].microbatches
+
+    judged: set[int] = set()
+    while True:
+        best = pick(trials, key=key)
+        i = next(j for j, t in enumerate(trials) if t is best)
+        if final is None or i in judged or not best[2].feasible:
+            return best
+        judged.add(i)
+        trials[i] = (best[0], best[1], final(*best))
+        if trials[i][2].feasible:
+            return trials[i]
 
 
 def _per_microbatch(ev: Evaluation, m: int) -> float:

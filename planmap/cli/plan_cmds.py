@@ -128,6 +128,7 @@ def explain(
     from planmap.cli.summary import print_json, print_summary, summary_data
     from planmap.evaluate import evaluate
     from planmap.microbatching import as_planned
+    from planmap.peak_memory import with_peak_memory
     from planmap.spec import load_spec
 
     loaded = plan_mod.load(plan)
@@ -141,7 +142,7 @@ def explain(
         problem = as_planned(problem, solution)
     except ValueError as e:
         raise PlanmapError(f"{plan}: {e} (run `planmap check {plan}`)") from None
-    ev = evaluate(problem, solution)
+    ev = with_peak_memory(problem, solution, evaluate(problem, solution))
     data = summary_data(problem, solution, ev, loaded.document, plan_path=None, wall=None)
     out = console()
     if ev.spmd is not None and solution.shardings is not None:

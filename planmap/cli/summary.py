@@ -51,7 +51,8 @@ def summary_data(problem, solution, ev, doc, *, plan_path: Path | None, wall: fl
         stages.append({"stage": int(k), "devices": [topo.names[x] for x in st.devices], "nodes": int(nodes.sum()),
                        "ops": int(sum(len(g.members_of(int(i))) for i in map(int, nodes.nonzero()[0]))),
                        "load_s": _finite(ev.load[st.device]), "memory_bytes": int(round(ev.memory[st.device])),
-                       "capacity_bytes": int(cap) if math.isfinite(cap) else None})
+                       "capacity_bytes": int(cap) if math.isfinite(cap) else None,
+                       "memory": _stage_memory(ev, k)})
     c = solution.certificate
     return {
         "name": problem.name, "objective": str(problem.objective), "kind": plan_title(doc),
@@ -65,6 +66,35 @@ def summary_data(problem, solution, ev, doc, *, plan_path: Path | None, wall: fl
         "wall_time_s": wall, "auto": [{"solver": n, "why": w} for n, w in tried],
         "remat": {"on": bool(problem.cost.remat), "chosen": "remat" in c.options},
     }
+
+
+def _stage_memory(ev, k: int) -> dict[str, Any] | None:
+    """Stage ``k``'s program-model memory per device, by part (bytes), with the solvers' linear terms beside."""
+    if ev.peak is None:
+        return None
+    sm = ev.peak.stages[k]
+    return {"total_bytes": int(round(sm.total)), "program_bytes": int(round(sm.program)),
+            **{f"{a}_bytes": int(round(b)) for a, b in sm.parts().items()}, "in_flight": sm.in_flight,
+            "linear_bytes": int(round(sm.linear))}
+
+
+def _memory_lines(out: Console, stages: list[dict[str, Any]]) -> None:
+    """Per stage: the program-model peak per device against capacity, and what it is made of."""
+    from planmap.units import format_bytes as b
+
+    shown = [s for s in stages if s.get("memory")]
+    if not shown:
+        return
+    out.print("peak memory by stage, per device, program model (the stage's largest compiled program for one "
+              "microbatch + optimizer state + node state + the stash of the other microbatches in flight):")
+    for s in shown:
+        m, cap = s["memory"], s["capacity_bytes"]
+        share = f" ({100 * m['total_bytes'] / cap:.3g}%)" if cap else ""
+        out.print(f"  stage {s['stage']}: {b(m['total_bytes'])} of {'unlimited' if cap is None else b(cap)}{share} = "
+                  f"program {b(m['program_bytes'])} (params {b(m['params_bytes'])}, inputs {b(m['inputs_bytes'])}, "
+                  f"outputs {b(m['outputs_bytes'])}, temp {b(m['temp_bytes'])}) + optimizer "
+                  f"{b(m['optimizer_bytes'])} + state {b(m['state_bytes'])} + stash {b(m['stash_bytes'])} "
+                  f"({m['in_flight']} microbatch(es) in flight); solver's linear terms {b(m['linear_bytes'])}")
 
 
 def print_json(out: Console, data: dict[str, Any]) -> None:
@@ -83,6 +113,7 @@ def print_summary(out: Console, data: dict[str, Any]) -> None:
         t.add_row(str(s["stage"]), compact_devices(s["devices"]), str(s["nodes"]), str(s["ops"]),
                   _fmt_t(s["load_s"]), f"{format_bytes(s['memory_bytes'])} / {cap}")
     out.print(t)
+    _memory_lines(out, data["stages"])
     p, c = data["predicted"], data["certificate"]
     if p["step_time_s"] is None:
         out.print(f"predicted latency: [bold]{_fmt_t(p['objective_s'])}[/]")

@@ -19,6 +19,7 @@ from planmap import __version__
 from planmap.errors import InputError
 from planmap.evaluate import Evaluation
 from planmap.io import INPUT_KINDS, read_input, sha256_input
+from planmap.peak_memory import with_peak_memory
 from planmap.plan.canonical import CANONICAL_ROLES, canonical_sha256_of, canonical_sha256_of_value
 from planmap.plan.certificate import certificate_message
 from planmap.plan.document import (
@@ -35,6 +36,7 @@ from planmap.plan.document import (
     SolverDoc,
     StageDoc,
     StageMesh,
+    StagePrediction,
 )
 from planmap.problem import Certificate, Problem, Shardings, Solution, Stage, Status
 from planmap.remat import remat_ops
@@ -148,10 +150,25 @@ def document(*, name: str, generator: str, objective: str, variant: str | None, 
         stages=stages, shardings=shardings, predicted=predicted, solver=solver)
 
 
+def _stage_predictions(evaluation: Evaluation, order: list[int], solution: Solution) -> list[StagePrediction]:
+    """The program model's memory per device of each stage with nodes, under the ids the plan gives them."""
+    used = [k for k in order if (np.asarray(solution.assignment) == k).any()]
+    out = []
+    for i, k in enumerate(used):
+        sm = evaluation.peak.stages[k]
+        parts = {a: int(round(b)) for a, b in sm.parts().items()}
+        out.append(StagePrediction(stage=i, memory=sum(parts.values()), in_flight=sm.in_flight, **parts))
+    return out
+
+
 def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, spec: Any,
               plan_path: str | Path, name: str | None = None) -> PlanDocument:
-    """The plan document of ``solution`` (evaluated as ``evaluation``), with inputs relative to ``plan_path``."""
+    """The plan document of ``solution`` (evaluated as ``evaluation``), with inputs relative to ``plan_path``.
+
+    The memory recorded per device is the program model's (:mod:`planmap.peak_memory`, computed here unless
+    ``evaluation`` carries it), not the solvers' linear terms."""
     plan_path = Path(plan_path)
+    evaluation = with_peak_memory(problem, solution, evaluation)
     g, topo = problem.graph, problem.topology
     throughput = problem.objective is ObjectiveKind.THROUGHPUT
     order = list(evaluation.stage_order) if throughput else list(range(solution.num_stages))
@@ -184,7 +201,8 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
         devices=[DevicePrediction(device=topo.names[d], memory=int(round(evaluation.memory[d])),
                                   capacity=None if not np.isfinite(cap[d]) else int(cap[d]),
                                   load_ns=ns(evaluation.load[d]) or 0)
-                 for d in range(topo.num_devices) if evaluation.memory[d] > 0 or evaluation.load[d] > 0])
+                 for d in range(topo.num_devices) if evaluation.memory[d] > 0 or evaluation.load[d] > 0],
+        stages=_stage_predictions(evaluation, order, solution))
     gap = None if cert.gap is None else round(float(cert.gap), 6)
     options = {k: v for k, v in sorted(cert.options.items())}
     # the message is derived from the structured fields (planmap.plan.certificate); the solver's free-text

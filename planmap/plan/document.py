@@ -39,6 +39,7 @@ __all__ = [
     "ShardingsDoc",
     "ScheduleDoc",
     "DevicePrediction",
+    "StagePrediction",
     "Predicted",
     "SolverDoc",
     "ObjectiveDoc",
@@ -119,9 +120,27 @@ class ScheduleDoc(_Doc):
 
 class DevicePrediction(_Doc):
     device: str = Field(description="Device name.")
-    memory: int = Field(description="Predicted bytes held.")
+    memory: int = Field(description="Predicted bytes held: the program model's (the sum of ``stages`` on it).")
     capacity: int | None = Field(default=None, description="Usable bytes (None: unlimited).")
     load_ns: int = Field(description="Busy time per step (latency) or per microbatch (pipeline), ns.")
+
+
+class StagePrediction(_Doc):
+    """A stage's memory per device under the program model (:mod:`planmap.peak_memory`): ``memory`` is the sum of
+    the byte fields; a device's ``memory`` is the sum over the stages it holds (to rounding)."""
+
+    stage: int = Field(ge=0, description="Stage id (as in ``stages``).")
+    memory: int = Field(description="Predicted bytes per device of the stage: its largest compiled program + "
+                        "optimizer + state + stash.")
+    params: int = Field(description="Parameter bytes the stage's largest compiled program reads (one microbatch).")
+    inputs: int = Field(description="Other bytes that program reads: data, values received, the stash it uses.")
+    outputs: int = Field(description="Bytes that program writes for other programs (and gradients, results).")
+    temp: int = Field(description="That program's temporaries: the most live at once under liveness in op order.")
+    optimizer: int = Field(default=0, description="Optimizer state beyond the parameters and gradients (training).")
+    state: int = Field(default=0, description="The nodes' state bytes.")
+    stash: int = Field(default=0, description="Stashed activations of the other microbatches the schedule keeps "
+                       "in flight at this stage (training).")
+    in_flight: int = Field(default=1, ge=1, description="Microbatches in flight at the stage under the schedule.")
 
 
 class Predicted(_Doc):
@@ -129,6 +148,8 @@ class Predicted(_Doc):
     step_time_ns: int = Field(description="Time of one step (all microbatches), ns.")
     bytes_moved: int = Field(description="Bytes transferred between devices per microbatch.")
     devices: list[DevicePrediction] = Field(description="Memory and load per device.")
+    stages: list[StagePrediction] = Field(default_factory=list, description=(
+        "Memory per device of each stage under the program model (plans written before it: absent)."))
 
 
 class SolverDoc(_Doc):
@@ -271,6 +292,9 @@ def _body(doc: PlanDocument) -> str:
         out.append(f"  {key}: {p[key]}")
     out.append("  devices:" if p["devices"] else "  devices: []")
     out += [f"    - {_flow(x)}" for x in p["devices"]]
+    if p.get("stages"):  # absent in plans written before the program model: their bytes (and digest) stay
+        out.append("  stages:")
+        out += [f"    - {_flow(x)}" for x in p["stages"]]
     s = d["solver"]
     out.append("solver:")
     for key in ("name", "version", "backend", "status", "objective_ns", "bound_ns", "gap"):

@@ -212,6 +212,7 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     from planmap.evaluate import evaluate
     from planmap.microbatching import as_planned
     from planmap.microbatching import pipelined as planned_pipeline
+    from planmap.peak_memory import with_peak_memory
     from planmap.plan.build import SOLVER_INPUT_ROLES, make_plan, to_solution
     from planmap.spec import load_spec
 
@@ -272,7 +273,7 @@ def check(path: str | Path, *, resolve: bool = False) -> CheckReport:
     solution = replace(solution, schedule=problem.schedule if pipelined else None,
                        microbatches=problem.microbatches if throughput else 1,
                        certificate=replace(solution.certificate, inputs=solver_inputs))
-    ev = evaluate(problem, solution)
+    ev = with_peak_memory(problem, solution, evaluate(problem, solution))  # the memory verdict: the program model
     rebuilt = make_plan(problem, solution, ev, spec=spec, plan_path=path)  # the name is the spec's
     found = [f"infeasible: {v}" for v in ev.violations] + _field_problems(doc, _as_recorded(doc, rebuilt))
     found += [f"non-canonical mesh: {m}" for m in mesh_problems(doc, ev)]

@@ -67,7 +67,7 @@ def spmd_lines(mesh: LogicalMesh, names: tuple[str, ...], ev: SpmdEvaluation, *,
     lines.append(f"time per microbatch {_t(total)}: compute {_t(ev.compute)}, communication "
                  f"{_t(ev.comm + ev.reshard)} ({share:.0%}; in ops {_t(ev.comm)}, resharding {_t(ev.reshard)})")
     parts = ", ".join(f"{k} {_b(v)}" for k, v in ev.memory_parts.items())
-    lines.append(f"memory per device {_b(ev.memory)} of {_b(ev.capacity)} "
+    lines.append(f"memory per device (the solver's linear terms) {_b(ev.memory)} of {_b(ev.capacity)} "
                  f"({ev.memory / ev.capacity:.0%}{'' if ev.feasible else ', DOES NOT FIT'}): {parts}")
     if zero > 0:
         lines.append(f"ZeRO-{zero}: {_ZERO[zero]} sharded over the data axes each parameter's spec does not use")
@@ -98,6 +98,6 @@ def stage_lines(index: int, devices: str, mesh: LogicalMesh, names: tuple[str, .
                  f"{_t(stage.recv + stage.send)})")
     parts = ", ".join(f"{k} {_b(v)}" for k, v in stage.memory_parts.items())
     fits = "" if stage.memory <= stage.capacity else ", DOES NOT FIT"
-    lines.append(f"  memory per device {_b(stage.memory)} of {_b(stage.capacity)} "
+    lines.append(f"  memory per device (the solver's linear terms) {_b(stage.memory)} of {_b(stage.capacity)} "
                  f"({stage.memory / stage.capacity:.0%}{fits}): {parts} ({stage.in_flight} microbatch(es) in flight)")
     return lines
