@@ -122,7 +122,8 @@ def stage_programs_bytes(problem: Problem, solution: Solution) -> list[dict[str,
         split = splits[k]
         if split is None and solution.shardings is None and len(st.devices) > 1:
             split = np.where(is_param, 1.0, float(len(st.devices)))  # replicas split the microbatch
-        again = remat_ops(g, original, np.flatnonzero(np.asarray(solution.assignment) == k)) if remat else ()
+        again = (remat_ops(g, original, np.flatnonzero(np.asarray(solution.assignment) == k)) if remat
+                 else np.zeros(0, np.int64))
         if len(again):
             out.append(_checkpointed_program(original, op_group, k, again, split))
         else:

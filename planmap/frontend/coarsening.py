@@ -126,7 +126,7 @@ def _coarsen_into(graph: OpGraph, todo: list[str], out: dict[str, OpGraph]) -> N
 def _cheap_ops(graph: OpGraph) -> list[bool]:
     """:func:`is_cheap` of every op, decided once per kind (per op only for calls and composites)."""
     by_kind = {k: is_cheap(k, 0.0, 0.0) for k in set(graph.kind) if k not in _CHEAP_IF_LOW_INTENSITY}
-    cheap = list(map(by_kind.get, graph.kind))
+    cheap: list = list(map(by_kind.get, graph.kind))  # None for the kinds decided per op, filled in below
     for i, kind in enumerate(graph.kind):
         if kind in _CHEAP_IF_LOW_INTENSITY:
             cheap[i] = is_cheap(kind, float(graph.flops[i]), float(graph.bytes_accessed[i]))
@@ -140,7 +140,8 @@ def _fuse(part: Partition, cheap: list, scope: list, direction: list) -> None:
     None). The hot loop of coarsening (a merge per op on a long elementwise chain), so the test is
     inline, a group's unique consumer (its first choice, see :meth:`Partition.absorb_targets`) is
     tried without building the list of targets, and the partition's methods are bound once."""
-    members, succs, absorb_targets, merge = part.members, part.succs, part.absorb_targets, part.absorb
+    members, absorb_targets, merge = part.members, part.absorb_targets, part.absorb
+    succs: list[set[int]] = part.succs  # type: ignore[assignment]  # a live group's entry is never None
     changed = True
     while changed:
         changed = False

@@ -73,9 +73,10 @@ class Partition:
         The members become y's followed by x's, as always; the smaller list is copied into the larger
         (at its front when y is the smaller), so chains of merges stay near-linear.
         """
-        succs, preds = self.succs, self.preds
+        succs: list[set[int]] = self.succs  # type: ignore[assignment]  # live groups' entries are never None
+        preds: list[set[int]] = self.preds  # type: ignore[assignment]
         sy, py, sx, px = succs[y], preds[y], succs[x], preds[x]
-        succs[x] = preds[x] = None
+        self.succs[x] = self.preds[x] = None
         for p in px:
             sp = succs[p]
             sp.discard(x)

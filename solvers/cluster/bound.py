@@ -80,6 +80,8 @@ def _op_floor(problem: Problem, ops: np.ndarray, mesh: LogicalMesh) -> float:
     ops it runs as its own (not recomputed copies): each at its cheapest strategy, reshards free."""
     t = stage_tables(problem, ops, mesh)
     smap = stage_map(t.graph)
+    if smap is None:  # stage_tables always builds a stage sub-graph
+        raise TypeError("stage tables without a stage map")
     recomputed = recomputed_nodes(problem.original)
     received = set(smap.received.tolist())
     total = 0.0

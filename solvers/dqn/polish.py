@@ -43,7 +43,7 @@ def stage_loads(sol: Solution, load: np.ndarray) -> np.ndarray:
 
 
 def _work(problem: Problem, sol: Solution, u: np.ndarray, stage: int) -> float:
-    devs = list(sol.stages[stage].devices)
+    devs = np.asarray(sol.stages[stage].devices, np.int64)
     return float(problem.cost.device_compute[np.ix_(u, devs)].sum(axis=0).max()) / len(devs)
 
 
@@ -70,7 +70,7 @@ def moves(problem: Problem, sol: Solution, loads: np.ndarray, parts: list[np.nda
         hi = min([int(stage[s]) for v in f for s in sids[sind[v]: sind[v + 1]].tolist() if fwd[s] and s not in inside],
                  default=len(sol.stages) - 1)
         for t in range(lo, hi + 1):
-            if t == k or not problem.allowed[np.ix_(u, list(sol.stages[t].devices))].all():
+            if t == k or not problem.allowed[np.ix_(u, np.asarray(sol.stages[t].devices, np.int64))].all():
                 continue
             est = loads.copy()
             est[t] += _work(problem, sol, u, t)

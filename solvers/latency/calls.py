@@ -131,17 +131,17 @@ def call_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
     for _ in range(Q):
         bout = B + out_charge
         new = np.full((n, D), np.inf)
-        psi: list[np.ndarray | None] = [None] * n  # psi[x][m, i]: paths into x, cut after or at x
+        psi: list[np.ndarray] = []  # psi[x][m, i]: paths into x, cut after or at x (nodes in topological order)
         for x in range(n):
             if not preds[x]:
-                psi[x] = W[x]
+                best = W[x]
             else:
                 best = np.full((n, A), -np.inf)
                 for p, e in preds[x]:
                     cut = arrival(bout[p], e)[acc_ids][None, :] + W[x]
                     best = np.maximum(best, np.minimum(cut, psi[p]))
-                psi[x] = best
-            new[x, acc_ids] = psi[x][x]
+            psi.append(best)
+            new[x, acc_ids] = best[x]
         new[:, acc_ids] = np.maximum(new[:, acc_ids], _late_sets(B, t, allowed, own, capacity, R, acc_ids))
         cpu_pass(new)
         B = new
