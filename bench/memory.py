@@ -78,28 +78,17 @@ def measured_program(exe, k: int) -> dict[str, float]:
     return best
 
 
-def per_device(problem, solution, live: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(recorded, program, capacity) bytes per used device: what ``evaluate`` records in the plan (the linear
-    terms) and the same total with :func:`~planmap.program_memory.plan_program_bytes` as the program
-    footprint (plus optimizer state beyond parameters and gradients, node state, and the stash of the
-    other in-flight microbatches)."""
+def per_device(problem, solution) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(linear, recorded, capacity) bytes per used device: the solvers' linear terms (``evaluate``) and what the
+    plan records (:func:`planmap.peak_memory.peak_memory`, the program model with optimizer state, node state and
+    the other in-flight microbatches' stash)."""
     from planmap.evaluate import evaluate
-    from planmap.vocabulary import Mode
+    from planmap.peak_memory import peak_memory
 
     ev = evaluate(problem, solution)
-    S, train = solution.num_stages, problem.mode is Mode.TRAINING
-    order = list(ev.stage_order) if ev.stage_order else list(range(S))
-    group_of = np.asarray(solution.assignment)
-    program = np.zeros(problem.topology.num_devices)
-    for k, st in enumerate(solution.stages):
-        mine = group_of == k
-        extra = (problem.cost.param_factor - 2) * live[k]["params"] if train else 0.0
-        others = (problem.in_flight(order.index(k), S) - 1) if train else 0
-        total = (sum(live[k].values()) + extra + float(problem.graph.state_bytes[mine].sum())
-                 + float(problem.cost.stash_bytes[mine].sum()) * others)
-        program[list(st.devices)] += total
+    recorded = peak_memory(problem, solution, ev).memory
     used = ev.memory > 0
-    return ev.memory[used], program[used], np.asarray(problem.capacity)[used]
+    return ev.memory[used], recorded[used], np.asarray(problem.capacity)[used]
 
 
 def compare(name: str) -> tuple[list[dict], str]:
@@ -115,11 +104,11 @@ def compare(name: str) -> tuple[list[dict], str]:
     solution = to_solution(problem, files.load(plan).document)
     exe = rt.load(plan, unchecked=True)
     lives = plan_program_bytes(problem, solution)
-    recorded, program, capacity = per_device(problem, solution, lives)
-    ratio = program / recorded
-    device_line = (f"- {name}: {len(recorded)} devices, program-based / recorded min {ratio.min():.3f}, median "
+    linear, recorded, capacity = per_device(problem, solution)
+    ratio = recorded / linear
+    device_line = (f"- {name}: {len(recorded)} devices, recorded / linear min {ratio.min():.3f}, median "
                    f"{np.median(ratio):.3f}, max {ratio.max():.3f}; equal on {int(np.isclose(ratio, 1).sum())}; "
-                   f"over capacity {int((program > capacity).sum())} (recorded: {int((recorded > capacity).sum())})")
+                   f"over capacity {int((recorded > capacity).sum())} (linear: {int((linear > capacity).sum())})")
     rows = []
     for k, (st, live) in enumerate(zip(solution.stages, lives, strict=True)):
         pred = predicted_program(problem, solution, k, live)
@@ -170,9 +159,9 @@ def main() -> None:
         devices.append(line)
         print(f"{name}: done", flush=True)
     text = (f"XLA:CPU scheduler: {opts.cpu_scheduler}\n\n" + table(rows)
-            + "\n\nPer device, the plan's recorded memory (`evaluate`, the linear terms) against the same "
-            "total with the program footprint (optimizer state beyond parameters and gradients, node state and the "
-            "stash of the other in-flight microbatches added to it):\n\n" + "\n".join(devices))
+            + "\n\nPer device, the plan's recorded memory (`planmap/peak_memory.py`: the program footprint plus "
+            "optimizer state beyond parameters and gradients, node state and the stash of the other in-flight "
+            "microbatches) against the solvers' linear terms (`evaluate`):\n\n" + "\n".join(devices))
     print(text)
     if opts.out:
         write_results(opts.out, "Predicted vs XLA memory per stage program", text)
