@@ -215,9 +215,12 @@ def peak_memory(problem: Problem, solution: Solution, ev: Evaluation, *,
 def with_peak_memory(problem: Problem, solution: Solution, ev: Evaluation, *,
                      programs: list[dict[str, float]] | None = None) -> Evaluation:
     """``ev`` with its memory per device and its memory verdict under the program model (:func:`peak_memory`),
-    the details in ``ev.peak``; the linear terms' memory violation (the solvers' proxy) is dropped."""
+    the details in ``ev.peak``; the linear terms' memory violation (the solvers' proxy) is dropped. An evaluation
+    with other violations (an invalid plan) is returned as it is."""
     if ev.peak is not None:
         return ev
+    if any(not is_memory_violation(v) for v in ev.violations):
+        return ev  # decisions that do not fit the model (e.g. an invalid sharding): there are no programs to measure
     pm = peak_memory(problem, solution, ev, programs=programs)
     violations = [v for v in ev.violations if not is_memory_violation(v)] + pm.violations(problem)
     return replace(ev, memory=pm.memory, feasible=not violations, violations=tuple(violations), peak=pm)

@@ -151,7 +151,10 @@ def document(*, name: str, generator: str, objective: str, variant: str | None, 
 
 
 def _stage_predictions(evaluation: Evaluation, order: list[int], solution: Solution) -> list[StagePrediction]:
-    """The program model's memory per device of each stage with nodes, under the ids the plan gives them."""
+    """The program model's memory per device of each stage with nodes, under the ids the plan gives them (none
+    for an invalid plan, which has no program model: :func:`~planmap.peak_memory.with_peak_memory`)."""
+    if evaluation.peak is None:
+        return []
     used = [k for k in order if (np.asarray(solution.assignment) == k).any()]
     out = []
     for i, k in enumerate(used):

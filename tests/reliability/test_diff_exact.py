@@ -12,7 +12,7 @@ EDITS = {
     "objective +1 ns": ("  objective_ns: 50806\n  step", "  objective_ns: 50807\n  step"),
     "step time +1 ns": ("step_time_ns: 558866", "step_time_ns: 558867"),
     "bytes moved +1": ("bytes_moved: 5507072", "bytes_moved: 5507073"),
-    "memory +1 byte": ("memory: 3214848,", "memory: 3214849,"),
+    "memory +1 byte": ("memory: 4787712,", "memory: 4787713,"),
     "load +1 ns": ("load_ns: 42832}", "load_ns: 42833}"),
     "data_args": ("data_args: [44]", "data_args: [43]"),
     "certificate bound": ("bound_ns: 50806", "bound_ns: 50805"),
