@@ -237,17 +237,22 @@ def test_a_forged_edit_fails_the_check_command_and_run(solved, capsys):
 
 
 def test_a_reshaped_replicated_mesh_fails_check(root, tmp_path):
-    """An SPMD plan that splits nothing (hf-bert's sharding plan: every value replicated over 8 devices) evaluates
-    the same on any mesh shape: check requires the canonical one axis a0 (planmap.sharding.solution.mesh_axes)."""
+    """An SPMD plan that splits nothing evaluates the same on any mesh shape: check requires the canonical one axis
+    a0 (planmap.sharding.solution.mesh_axes). The committed sharding plans all split something, so the test takes
+    hf-gpt2's (one axis a0 of 8 devices), replicates every value (its recorded predictions then differ too) and
+    reshapes the mesh: the mesh rule must still name the stage."""
     shutil.copytree(root / "specs", tmp_path / "specs")
     fixtures = tmp_path / "tests" / "fixtures" / "thirdparty"
     shutil.copytree(root / "tests" / "fixtures" / "thirdparty", fixtures,
-                    ignore=shutil.ignore_patterns("hf_gpt2*", "hf_t5*", "keras*", "hf-gpt2*", "hf-t5*", "keras*"))
-    path = fixtures / "plans" / "hf-bert.sharding.plan.yaml"
+                    ignore=shutil.ignore_patterns("hf_bert*", "hf_t5*", "keras*", "hf-bert*", "hf-t5*"))
+    path = fixtures / "plans" / "hf-gpt2.sharding.plan.yaml"
     doc = parse(path.read_text(), str(path))
     assert doc.stages[0].mesh.axis_names == ["a0"] and doc.mesh.axis_sizes == [8]
+    none = [e.model_copy(update={"spec": [None] * len(e.spec)}) for e in doc.shardings.args]
+    values = [e.model_copy(update={"spec": [None] * len(e.spec)}) for e in doc.shardings.values]
     two = {"axis_names": ["a0", "a1"], "axis_sizes": [2, 4]}
-    edited = _u(_stage0(doc, mesh=StageMesh(**two)), mesh=doc.mesh.model_copy(update=two))
+    edited = _u(_stage0(doc, mesh=StageMesh(**two)), mesh=doc.mesh.model_copy(update=two),
+                shardings=doc.shardings.model_copy(update={"args": none, "values": values}))
     path.write_text(render(edited, ["forged"]))
     report = plan_mod.check(path)
     assert [m for m in report.problems if m.startswith("non-canonical mesh: stage 0 splits nothing")], report.problems
