@@ -121,10 +121,11 @@ def _greedy(agent, env: PlanEnv) -> Actions | None:
     s, acts = Partial(), []
     while s.next_group < env.space.num_groups:
         m = env.space.mask(s)
-        valid = np.flatnonzero(m[: CPU + 1])
-        if not len(valid):
+        pipeline = m.copy()
+        pipeline[CPU + 1:] = False  # the pipeline actions only (no SPMD baseline)
+        if not pipeline.any():
             return None
-        a = int(valid[np.argmax(agent.q(env.features.observe(s, m))[valid])])
+        a = agent.act(env.features.observe(s, m), pipeline, eps=0.0)
         acts.append(a)
         env.space.apply(s, a)
     return tuple(acts)
