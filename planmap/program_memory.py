@@ -63,6 +63,7 @@ import numpy as np
 
 from planmap.frontend.recompute import recomputed_nodes
 from planmap.graph import DimRoles, OpGraph
+from planmap.inlined import Inlined, inline_calls
 from planmap.segments import stage_programs
 
 __all__ = ["KERNEL_OPS", "EXPENSIVE_OPS", "kernels", "segment_bytes", "stage_program_bytes", "value_shards",
@@ -331,6 +332,37 @@ def _in_values(g: OpGraph) -> tuple[np.ndarray, np.ndarray]:
     return np.cumsum(indptr), g.edge_value[order].astype(np.int64)
 
 
+def _inlined(graph: OpGraph, cheap: np.ndarray, split: np.ndarray | None, at_ops: dict[int, float] | None
+             ) -> tuple[Inlined, np.ndarray, np.ndarray | None, dict[int, float] | None] | None:
+    """``graph`` with the bodies of its calls that hold more than elementwise code spliced in (XLA inlines
+    them before it fuses: :mod:`planmap.inlined`), with ``cheap``, ``split`` and ``at_ops`` carried over;
+    None when there is no such call (or the front end kept no bodies). An inlined body's own constants and
+    the shape ops on them are cheap; its values take the shard count of the call's operand or result of
+    the same size (1 when none)."""
+    calls = {int(i) for i in np.flatnonzero(kernels(graph)) if graph.kind[i] in _CALLS}
+    if not calls.intersection(graph.meta.get("calls", {})):
+        return None
+    flat = inline_calls(graph, calls)
+    h = flat.graph
+    new_cheap = cheap[flat.node_of] & ~flat.inner
+    body_cheap = recomputed_nodes(h) & flat.inner
+    new_cheap |= body_cheap & np.fromiter((k in _BODY_CHEAP for k in h.kind), bool, h.num_nodes)
+    new_split = None
+    if split is not None:
+        new_split = np.ones(h.num_values)
+        new_split[flat.value_of[flat.value_of >= 0]] = split[flat.value_of >= 0]
+        for v in np.flatnonzero(flat.inner[np.maximum(h.value_node, 0)] & (h.value_node >= 0)):
+            i = int(flat.node_of[h.value_node[v]])
+            near = [int(u) for u in (*graph.operands[i], *np.flatnonzero(graph.value_node == i))
+                    if graph.value_bytes[u] == h.value_bytes[v]] if graph.operands is not None else []
+            new_split[v] = max((split[u] for u in near), default=1.0)
+    moved = None if at_ops is None else {int(flat.first[i]): b for i, b in at_ops.items()}
+    return flat, new_cheap, new_split, moved
+
+
+_BODY_CHEAP = frozenset({"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.broadcast"})
+
+
 def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *, split: np.ndarray | None = None,
                         at_ops: dict[int, float] | None = None) -> dict[str, float]:
     """The largest program of group ``k`` (by total bytes) on an op-level graph: its ``params``,
@@ -338,11 +370,16 @@ def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *, split: 
     ``at_ops``: :func:`segment_bytes`'s."""
     cheap = recomputed_nodes(graph)
     best = {"params": 0.0, "inputs": 0.0, "outputs": 0.0, "temp": 0.0}
+    flat = _inlined(graph, cheap, split, at_ops)
     for ops in stage_programs(graph.pred, np.asarray(op_group), k):
         own = np.zeros(graph.num_nodes, bool)
         own[ops] = True
         own &= ~cheap
-        part = segment_bytes(graph, own, cheap=cheap, split=split, at_ops=at_ops)
+        if flat is not None:
+            part = segment_bytes(flat[0].graph, own[flat[0].node_of] & ~flat[1], cheap=flat[1], split=flat[2],
+                                 at_ops=flat[3])
+        else:
+            part = segment_bytes(graph, own, cheap=cheap, split=split, at_ops=at_ops)
         if sum(part.values()) > sum(best.values()):
             best = part
     return best
