@@ -80,6 +80,9 @@ KERNEL_OPS = frozenset({
     "stablehlo.collective_permute", "stablehlo.rng_bit_generator",
 })
 _CALLS = frozenset({"func.call", "stablehlo.composite"})
+# Kernels XLA fuses elementwise producers into (a loop fusion that reads only the gathered elements):
+# their operands need no buffer of their own.
+_FUSES_OPERANDS = frozenset({"stablehlo.gather"})
 _POINTWISE_FLOPS = 2.0  # FLOPs per result element up to which a call without a dim map is elementwise
 
 
@@ -142,7 +145,8 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     inner = (region >= 0) & (region != np.arange(g.num_nodes))  # absorbed into a reduction's library fusion
     mat = made_here & ((kernel & ~inner)[np.maximum(prod, 0)] | leaves)
     fused_in = (region[np.maximum(src, 0)] == region[dst]) & (region[dst] >= 0) & (src >= 0)
-    mat[val[into & kernel[dst] & ~inner[dst] & made_here[val] & ~fused_in]] = True
+    takes = kernel & ~np.fromiter((k in _FUSES_OPERANDS for k in g.kind), bool, g.num_nodes)
+    mat[val[into & takes[dst] & ~inner[dst] & made_here[val] & ~fused_in]] = True
     mat |= _shared_expensive(g, kept & ~inner, into, made_here)
     last = _last_reads(g, kept, mat)
     temps = np.flatnonzero(mat & ~leaves)
@@ -334,13 +338,14 @@ def _in_values(g: OpGraph) -> tuple[np.ndarray, np.ndarray]:
 
 def _inlined(graph: OpGraph, cheap: np.ndarray, split: np.ndarray | None, at_ops: dict[int, float] | None
              ) -> tuple[Inlined, np.ndarray, np.ndarray | None, dict[int, float] | None] | None:
-    """``graph`` with the bodies of its calls that hold more than elementwise code spliced in (XLA inlines
+    """``graph`` with the bodies of its calls that hold a kernel (:data:`KERNEL_OPS`) spliced in (XLA inlines
     them before it fuses: :mod:`planmap.inlined`), with ``cheap``, ``split`` and ``at_ops`` carried over;
     None when there is no such call (or the front end kept no bodies). An inlined body's own constants and
     the shape ops on them are cheap; its values take the shard count of the call's operand or result of
     the same size (1 when none)."""
-    calls = {int(i) for i in np.flatnonzero(kernels(graph)) if graph.kind[i] in _CALLS}
-    if not calls.intersection(graph.meta.get("calls", {})):
+    bodies, callee = graph.meta.get("callees", {}), graph.meta.get("calls", {})
+    calls = {int(i) for i, c in callee.items() if not KERNEL_OPS.isdisjoint(bodies.get(c, {}).get("kinds", ()))}
+    if not calls:
         return None
     flat = inline_calls(graph, calls)
     h = flat.graph
