@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from planmap.frontend.recompute import recomputed_nodes
+from planmap.fused_schedule import fifo_times, last_reads, read_sources
 from planmap.graph import DimRoles, OpGraph
 from planmap.inlined import Inlined, inline_calls
 from planmap.segments import stage_programs
@@ -88,13 +89,20 @@ _POINTWISE_FLOPS = 2.0  # FLOPs per result element up to which a call without a 
 
 def kernels(graph: OpGraph) -> np.ndarray:
     """(n,) bool: ops whose results XLA materialises and whose operands it materialises before they
-    run: :data:`KERNEL_OPS`, and calls that hold more than elementwise code. XLA inlines calls, so a
+    run: :data:`KERNEL_OPS` (but a reduce over dims of size 1, which XLA's simplifier makes a reshape),
+    and calls that hold more than elementwise code. XLA inlines calls, so a
     call of a pointwise function (``relu``, ``where``) fuses like the elementwise ops it holds. The
     op-level graph does not keep callee bodies, so a call counts as elementwise when the front end
     gave it an elementwise dim map, or when it does at most two FLOPs per result element (a select or
     a mask broadcast); ``log_softmax`` and its gradient do more (exp, log, sums) and hold reductions."""
     maps = graph.dim_maps
     out = np.fromiter((k in KERNEL_OPS for k in graph.kind), bool, graph.num_nodes)
+    if graph.operands is not None:  # a reduce over size-1 dims is a reshape
+        for i in (i for i, k in enumerate(graph.kind) if k == "stablehlo.reduce"):
+            n_in = len(graph.operands[i]) // 2
+            res = np.flatnonzero(graph.value_node == i)
+            out[i] = n_in == 0 or len(res) != n_in or bool(
+                (graph.value_bytes[list(graph.operands[i][:n_in])] != graph.value_bytes[res]).any())
     for i in (i for i, k in enumerate(graph.kind) if k in _CALLS):
         if maps is not None and maps[i] is not None:
             continue
@@ -148,11 +156,14 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     takes = kernel & ~np.fromiter((k in _FUSES_OPERANDS for k in g.kind), bool, g.num_nodes)
     mat[val[into & takes[dst] & ~inner[dst] & made_here[val] & ~fused_in]] = True
     mat |= _shared_expensive(g, kept & ~inner, into, made_here)
-    last = _last_reads(g, kept, mat)
+    src = read_sources(g, kept, mat)
+    time = fifo_times(g, kept, mat, src)
+    last = last_reads(g, kept, mat, src, time)
     temps = np.flatnonzero(mat & ~leaves)
     extra = _layout_copies(g, kept & ~inner, kernel, nbytes)
     extra += [(i, i, b) for i, b in (at_ops or {}).items() if kept[i]]
-    temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra)
+    extra = [(int(min(time[a], time[b])), int(max(time[a], time[b])), size) for a, b, size in extra]
+    temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra, time)
     return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
             "outputs": float(nbytes[leaves].sum()), "temp": temp}
 
@@ -165,10 +176,12 @@ EXPENSIVE_OPS = frozenset("stablehlo." + k for k in (
 
 
 def _shared_expensive(g: OpGraph, kept: np.ndarray, into: np.ndarray, made_here: np.ndarray) -> np.ndarray:
-    """(values,) bool: results of :data:`EXPENSIVE_OPS` that two or more ops of the program read. XLA
-    fuses an elementwise producer into each of its consumers, duplicating it, unless the producer is
-    expensive: then it stays a fusion of its own and writes a buffer that every consumer reads (an MLP's
-    ``tanh`` read by the forward's product and by the backward's derivative)."""
+    """(values,) bool: results of :data:`EXPENSIVE_OPS` that two or more ops of the program read, or that
+    a broadcast reads. XLA fuses an elementwise producer into each of its consumers, duplicating it,
+    unless the producer is expensive: then it stays a fusion of its own and writes a buffer that every
+    consumer reads (an MLP's ``tanh`` read by the forward's product and by the backward's derivative);
+    nor does it fuse an expensive producer into a consumer that reuses its elements (a broadcast: the
+    ``log`` of a softmax's sum, a layer norm's ``rsqrt``)."""
     expensive = np.fromiter((k in EXPENSIVE_OPS for k in g.kind), bool, g.num_nodes) & kept
     val, dst = g.edge_value.astype(np.int64), g.edge_dst.astype(np.int64)
     prod = g.value_node.astype(np.int64)
@@ -176,7 +189,14 @@ def _shared_expensive(g: OpGraph, kept: np.ndarray, into: np.ndarray, made_here:
     values, counts = np.unique(pairs[0], return_counts=True)
     out = np.zeros(g.num_values, bool)
     out[values[counts > 1]] = True
+    grows = np.fromiter((k in _BROADCASTS for k in g.kind), bool, g.num_nodes)
+    grows[grows] = g.out_bytes[grows] > np.asarray([g.value_bytes[int(g.operands[i][0])] if g.operands else 0
+                                                   for i in np.flatnonzero(grows)], np.int64)
+    out[pairs[0][grows[pairs[1]]]] = True
     return out
+
+
+_BROADCASTS = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.broadcast"})
 
 
 _LIBRARY_OPS = frozenset({"stablehlo.convolution", "stablehlo.dot_general", "stablehlo.dot"})
@@ -298,12 +318,13 @@ def _layout_copies(g: OpGraph, kept: np.ndarray, kernel: np.ndarray,
 
 
 def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarray, nbytes: np.ndarray,
-                extra: list[tuple[int, int, float]]) -> float:
+                extra: list[tuple[int, int, float]], time: np.ndarray) -> float:
     """XLA's temporary bytes: its buffer assigner takes values largest first and puts a temporary in
     the smallest output buffer that is large enough and holds nothing live at the same time (an output
     is live from its op to the end; a temporary from its op to its last reader); the temporaries left
-    over share one heap whose size is the most of them alive at once."""
-    start = g.value_node.astype(np.int64)
+    over share one heap whose size is the most of them alive at once. Times are steps (``time``: each
+    op's)."""
+    start = time[np.maximum(g.value_node.astype(np.int64), 0)]
     end = np.maximum(last, start)
     rooms = sorted(((float(nbytes[v]), int(v)) for v in outs), reverse=True)
     held: list[list[tuple[int, int]]] = [[(int(start[v]), g.num_nodes)] for _, v in rooms]
