@@ -154,7 +154,11 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     mat = made_here & ((kernel & ~inner)[np.maximum(prod, 0)] | leaves)
     fused_in = (region[np.maximum(src, 0)] == region[dst]) & (region[dst] >= 0) & (src >= 0)
     takes = kernel & ~np.fromiter((k in _FUSES_OPERANDS for k in g.kind), bool, g.num_nodes)
-    mat[val[into & takes[dst] & ~inner[dst] & made_here[val] & ~fused_in]] = True
+    operand = into & takes[dst] & ~inner[dst] & made_here[val] & ~fused_in
+    folded = _folded_transposes(g, kept, leaves)
+    mat[val[operand & ~folded[val]]] = True
+    below = [int(g.operands[prod[v]][0]) for v in np.unique(val[operand & folded[val]])] if g.operands else []
+    mat[[u for u in below if made_here[u]]] = True
     mat |= _shared_expensive(g, kept & ~inner, into, made_here)
     src = read_sources(g, kept, mat)
     time = fifo_times(g, kept, mat, src)
@@ -193,6 +197,22 @@ def _shared_expensive(g: OpGraph, kept: np.ndarray, into: np.ndarray, made_here:
     grows[grows] = g.out_bytes[grows] > np.asarray([g.value_bytes[int(g.operands[i][0])] if g.operands else 0
                                                    for i in np.flatnonzero(grows)], np.int64)
     out[pairs[0][grows[pairs[1]]]] = True
+    return out
+
+
+def _folded_transposes(g: OpGraph, kept: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """(values,) bool: results of ``transpose`` ops that only dots of the program read. XLA folds such a
+    transpose into the dot's dimension numbers (``TransposeFolding``): no buffer, the dot reads the
+    transpose's operand (a weight's transpose for ``x @ W.T``)."""
+    out = np.zeros(g.num_values, bool)
+    if g.operands is None:
+        return out
+    readers: dict[int, set[str]] = {}
+    for v, d in zip(g.edge_value.tolist(), g.edge_dst.tolist(), strict=True):
+        readers.setdefault(v, set()).add(g.kind[d])
+    for i in (i for i, k in enumerate(g.kind) if k == "stablehlo.transpose" and kept[i]):
+        v = int(np.flatnonzero(g.value_node == i)[0])
+        out[v] = not leaves[v] and readers.get(v, set()) == {"stablehlo.dot_general"}
     return out
 
 
