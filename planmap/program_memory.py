@@ -160,6 +160,8 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     below = [int(g.operands[prod[v]][0]) for v in np.unique(val[operand & folded[val]])] if g.operands else []
     mat[[u for u in below if made_here[u]]] = True
     mat |= _shared_expensive(g, kept & ~inner, into, made_here)
+    rsrc = region[np.maximum(src, 0)]
+    mat[val[into & (region[dst] >= 0) & ((src < 0) | (rsrc != region[dst])) & made_here[val]]] = True
     src = read_sources(g, kept, mat)
     time = fifo_times(g, kept, mat, src)
     last = last_reads(g, kept, mat, src, time)
