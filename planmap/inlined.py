@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planmap.frontend.recompute import recomputed_nodes
 from planmap.graph import OpGraph, TensorType
 
-__all__ = ["Inlined", "inline_calls"]
+__all__ = ["Inlined", "inline_calls", "carry_over"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +118,24 @@ def _splice(cols: dict[str, list], body: dict, ins: list[int], outs: np.ndarray,
         nv += len(nbytes)
     value_of[outs] = [ref[r] for r in body["returns"]]
     return nv
+
+
+def carry_over(g: OpGraph, flat: Inlined, cheap: np.ndarray, split: np.ndarray | None,
+               at_ops: dict[int, float] | None) -> tuple[np.ndarray, np.ndarray | None, dict[int, float] | None]:
+    """Per-op and per-value columns of ``g`` carried over to ``flat.graph``: ``cheap`` ((n,) bool; an
+    inlined body's constants and the shape ops on them are cheap too), ``split`` ((values,) shard counts;
+    an inlined value takes the count of the call's operand or result of its size, else 1) and ``at_ops``
+    ({op id: bytes}, by the op's new id)."""
+    h = flat.graph
+    new_cheap = (cheap[flat.node_of] & ~flat.inner) | (recomputed_nodes(h) & flat.inner)
+    new_split = None
+    if split is not None:
+        new_split = np.ones(h.num_values)
+        new_split[flat.value_of[flat.value_of >= 0]] = split[flat.value_of >= 0]
+        for v in np.flatnonzero((h.value_node >= 0) & flat.inner[np.maximum(h.value_node, 0)]):
+            i = int(flat.node_of[h.value_node[v]])
+            near = [int(u) for u in (*g.operands[i], *np.flatnonzero(g.value_node == i))
+                    if g.value_bytes[u] == h.value_bytes[v]] if g.operands is not None else []
+            new_split[v] = max((split[u] for u in near), default=1.0)
+    moved = None if at_ops is None else {int(flat.first[i]): b for i, b in at_ops.items()}
+    return new_cheap, new_split, moved

@@ -64,7 +64,7 @@ import numpy as np
 from planmap.frontend.recompute import recomputed_nodes
 from planmap.fused_schedule import fifo_times, last_reads, read_sources
 from planmap.graph import DimRoles, OpGraph
-from planmap.inlined import Inlined, inline_calls
+from planmap.inlined import Inlined, carry_over, inline_calls
 from planmap.segments import stage_programs
 
 __all__ = ["KERNEL_OPS", "EXPENSIVE_OPS", "kernels", "segment_bytes", "stage_program_bytes", "value_shards",
@@ -260,28 +260,6 @@ def _library_fusions(g: OpGraph, kept: np.ndarray, kernel: np.ndarray, leaves: n
     return region
 
 
-def _last_reads(g: OpGraph, kept: np.ndarray, mat: np.ndarray) -> np.ndarray:
-    """(values,) the last ``kept`` op that reads each materialised value (-1: none); a fused (not
-    materialised) value's readers read the buffers it is computed from."""
-    last = np.full(g.num_values, -1, np.int64)
-    indptr, vals = _in_values(g)
-    made = g.value_node.astype(np.int64)
-    by_op = np.argsort(made, kind="stable")
-    out_ptr = np.searchsorted(made[by_op], np.arange(g.num_nodes + 1))
-    sources: dict[int, set[int]] = {}
-    for i in np.flatnonzero(kept):
-        acc: set[int] = set()
-        for v in vals[indptr[i]: indptr[i + 1]]:
-            v = int(v)
-            acc |= {v} if mat[v] or g.value_node[v] < 0 else sources.get(v, set())
-        for s in acc:
-            last[s] = i
-        for v in by_op[out_ptr[i]: out_ptr[i + 1]]:
-            if not mat[v]:
-                sources[int(v)] = acc
-    return last
-
-
 def _shape(g: OpGraph, v: int) -> tuple[int, ...]:
     n = int(g.value_node[v])
     if n < 0:
@@ -371,44 +349,17 @@ def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarra
     return float(np.cumsum(delta).max())
 
 
-def _in_values(g: OpGraph) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of the values each op reads (by op id)."""
-    order = np.argsort(g.edge_dst, kind="stable")
-    indptr = np.zeros(g.num_nodes + 1, np.int64)
-    np.add.at(indptr, g.edge_dst.astype(np.int64) + 1, 1)
-    return np.cumsum(indptr), g.edge_value[order].astype(np.int64)
-
-
 def _inlined(graph: OpGraph, cheap: np.ndarray, split: np.ndarray | None, at_ops: dict[int, float] | None
              ) -> tuple[Inlined, np.ndarray, np.ndarray | None, dict[int, float] | None] | None:
     """``graph`` with the bodies of its calls that hold a kernel (:data:`KERNEL_OPS`) spliced in (XLA inlines
-    them before it fuses: :mod:`planmap.inlined`), with ``cheap``, ``split`` and ``at_ops`` carried over;
-    None when there is no such call (or the front end kept no bodies). An inlined body's own constants and
-    the shape ops on them are cheap; its values take the shard count of the call's operand or result of
-    the same size (1 when none)."""
+    them before it fuses), with ``cheap``, ``split`` and ``at_ops`` carried over (:func:`carry_over`); None
+    when there is no such call (or the front end kept no bodies)."""
     bodies, callee = graph.meta.get("callees", {}), graph.meta.get("calls", {})
     calls = {int(i) for i, c in callee.items() if not KERNEL_OPS.isdisjoint(bodies.get(c, {}).get("kinds", ()))}
     if not calls:
         return None
     flat = inline_calls(graph, calls)
-    h = flat.graph
-    new_cheap = cheap[flat.node_of] & ~flat.inner
-    body_cheap = recomputed_nodes(h) & flat.inner
-    new_cheap |= body_cheap & np.fromiter((k in _BODY_CHEAP for k in h.kind), bool, h.num_nodes)
-    new_split = None
-    if split is not None:
-        new_split = np.ones(h.num_values)
-        new_split[flat.value_of[flat.value_of >= 0]] = split[flat.value_of >= 0]
-        for v in np.flatnonzero(flat.inner[np.maximum(h.value_node, 0)] & (h.value_node >= 0)):
-            i = int(flat.node_of[h.value_node[v]])
-            near = [int(u) for u in (*graph.operands[i], *np.flatnonzero(graph.value_node == i))
-                    if graph.value_bytes[u] == h.value_bytes[v]] if graph.operands is not None else []
-            new_split[v] = max((split[u] for u in near), default=1.0)
-    moved = None if at_ops is None else {int(flat.first[i]): b for i, b in at_ops.items()}
-    return flat, new_cheap, new_split, moved
-
-
-_BODY_CHEAP = frozenset({"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.broadcast"})
+    return (flat, *carry_over(graph, flat, cheap, split, at_ops))
 
 
 def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *, split: np.ndarray | None = None,
