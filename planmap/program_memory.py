@@ -149,22 +149,10 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     leaves[np.asarray(g.results, np.int64)] = True
     leaves &= made_here & ~cheap[np.maximum(prod, 0)]
     kernel = kernels(g)
-    region = _library_fusions(g, kept, kernel, leaves)
-    inner = (region >= 0) & (region != np.arange(g.num_nodes))  # absorbed into a reduction's library fusion
-    mat = made_here & ((kernel & ~inner)[np.maximum(prod, 0)] | leaves)
-    fused_in = (region[np.maximum(src, 0)] == region[dst]) & (region[dst] >= 0) & (src >= 0)
-    takes = kernel & ~np.fromiter((k in _FUSES_OPERANDS for k in g.kind), bool, g.num_nodes)
-    operand = into & takes[dst] & ~inner[dst] & made_here[val] & ~fused_in
-    folded = _folded_transposes(g, kept, leaves)
-    mat[val[operand & ~folded[val]]] = True
-    below = [int(g.operands[prod[v]][0]) for v in np.unique(val[operand & folded[val]])] if g.operands else []
-    mat[[u for u in below if made_here[u]]] = True
-    mat |= _shared_expensive(g, kept & ~inner, into, made_here)
-    rsrc = region[np.maximum(src, 0)]
-    mat[val[into & (region[dst] >= 0) & ((src < 0) | (rsrc != region[dst])) & made_here[val]]] = True
-    src = read_sources(g, kept, mat)
-    time = fifo_times(g, kept, mat, src)
-    last = last_reads(g, kept, mat, src, time)
+    mat, inner = _buffers(g, kept, leaves, kernel)
+    sources = read_sources(g, kept, mat)
+    time = fifo_times(g, kept, mat, sources)
+    last = last_reads(g, kept, mat, sources, time)
     temps = np.flatnonzero(mat & ~leaves)
     extra = _layout_copies(g, kept & ~inner, kernel, nbytes)
     extra += [(i, i, b) for i, b in (at_ops or {}).items() if kept[i]]
@@ -172,6 +160,34 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra, time)
     return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
             "outputs": float(nbytes[leaves].sum()), "temp": temp}
+
+
+def _buffers(g: OpGraph, kept: np.ndarray, leaves: np.ndarray, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values,) bool: the values of the program ``kept`` XLA writes to buffers, and (n,) bool: its ops
+    inside a reduction's library fusion (:func:`_library_fusions`). A value is a buffer when it leaves
+    the program (``leaves``), a kernel makes it (:func:`kernels`), a kernel outside a library fusion reads
+    it (but a gather fuses its operands, and a transpose only dots read is folded into them:
+    :func:`_folded_transposes`), it is expensive and read twice or broadcast (:func:`_shared_expensive`),
+    or a library fusion reads it from outside."""
+    src, val, dst = g.edge_src.astype(np.int64), g.edge_value.astype(np.int64), g.edge_dst.astype(np.int64)
+    into = kept[dst]
+    prod = g.value_node.astype(np.int64)
+    made_here = np.zeros(g.num_values, bool)
+    made_here[prod >= 0] = kept[prod[prod >= 0]]
+    region = _library_fusions(g, kept, kernel, leaves)
+    inner = (region >= 0) & (region != np.arange(g.num_nodes))  # absorbed into a reduction's library fusion
+    mat = made_here & ((kernel & ~inner)[np.maximum(prod, 0)] | leaves)
+    rsrc = region[np.maximum(src, 0)]
+    fused_in = (rsrc == region[dst]) & (region[dst] >= 0) & (src >= 0)
+    takes = kernel & ~np.fromiter((k in _FUSES_OPERANDS for k in g.kind), bool, g.num_nodes)
+    operand = into & takes[dst] & ~inner[dst] & made_here[val] & ~fused_in
+    folded = _folded_transposes(g, kept, leaves)
+    mat[val[operand & ~folded[val]]] = True
+    below = [int(g.operands[prod[v]][0]) for v in np.unique(val[operand & folded[val]])] if g.operands else []
+    mat[[u for u in below if made_here[u]]] = True
+    mat |= _shared_expensive(g, kept & ~inner, into, made_here)
+    mat[val[into & (region[dst] >= 0) & ((src < 0) | (rsrc != region[dst])) & made_here[val]]] = True
+    return mat, inner
 
 
 # Elementwise ops XLA's fusion pass counts as expensive (``InstructionFusion::IsExpensive``: transcendental
