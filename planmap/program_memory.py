@@ -13,20 +13,28 @@ materialised), and the stage's footprint is the largest segment (segments run on
 - **outputs**: values of its own ops that another segment reads (or the model returns). Cheap ops
   (:mod:`planmap.frontend.recompute`) are rebuilt by each segment that reads them, so they are never
   outputs nor arguments;
-- **temporaries**: what XLA's buffer assigner needs for the other values it materialises. XLA fuses
-  elementwise and shape ops (and the cheap recomputed ops, and calls of pointwise functions) into
-  their consumers, so such a value has no buffer of its own unless a kernel that cannot fuse it
-  reads it (``dot_general``, ``convolution`` and the other :data:`KERNEL_OPS` take materialised
-  operands, :func:`kernels`) or it leaves the segment; a fused value keeps the buffers it is computed
-  from alive until its own last reader runs. XLA duplicates a cheap producer into each of its
-  consumers but not an expensive one (``exp``, ``log``, ``tanh``, ...: :data:`EXPENSIVE_OPS`), whose
-  value is a buffer when two ops read it (:func:`_shared_expensive`). A temporary lives from its op to
-  its last reader (ops in id order), and goes into an output buffer it fits and does not overlap in
-  time, or else into one heap (:func:`_temp_bytes`); the transposed copies XLA's CPU layout
-  assignment adds for weight gradients are temporaries too (:func:`_layout_copies`). A reduction runs
-  as a library fusion that takes in the convolutions, dots and elementwise ops only it reads
+- **temporaries**: what XLA's buffer assigner needs for the other values it materialises
+  (:func:`_buffers`). XLA fuses elementwise and shape ops (and the cheap recomputed ops, and calls of
+  pointwise functions) into their consumers, so such a value has no buffer of its own unless a kernel
+  that cannot fuse it reads it (``dot_general``, ``convolution`` and the other :data:`KERNEL_OPS` take
+  materialised operands, :func:`kernels`; a gather fuses its operands, and a transpose only dots read
+  is folded into them) or it leaves the segment; a fused value keeps the buffers it is computed from
+  alive until its own last reader runs. XLA duplicates a cheap producer into each of its consumers but
+  not an expensive one (``exp``, ``log``, ``tanh``, ...: :data:`EXPENSIVE_OPS`), whose value is a
+  buffer when two ops read it or a broadcast does (:func:`_shared_expensive`). A reduction runs as a
+  library fusion that takes in the convolutions, dots and elementwise ops only it reads
   (:func:`_library_fusions`): their values have no buffer (a CNN's pooling swallows the blocks before
-  it).
+  it), and what it reads from outside is a buffer (a layer norm's centred input, a broadcast scale).
+  A temporary lives from its op's step to its last reader's, in the order XLA:CPU's default
+  breadth-first scheduler runs the fused units (:mod:`planmap.fused_schedule`), and goes into an
+  output buffer it fits and does not overlap in time, or else into one heap (:func:`_temp_bytes`); the
+  transposed copies XLA's CPU layout assignment adds for weight gradients are temporaries too
+  (:func:`_layout_copies`).
+
+XLA inlines calls before it fuses and schedules: the bodies of calls that hold a kernel (``log_softmax``,
+``take_along_axis`` and their gradients; the front end records them, :mod:`planmap.frontend.callees`) are
+spliced in (:mod:`planmap.inlined`) before the walk, so the loss's ``exp``, sums, ``log``, gather and one-hot
+scatter are ops of their own.
 
 Per device, each value's bytes are divided by its shards under the stage's layout
 (:func:`value_shards`), and a dot whose planned result spec XLA's SPMD partitioner cannot reach from
@@ -35,22 +43,10 @@ its operands' layouts adds the operand it all-gathers (:func:`reshard_buffers`);
 
 What this does not follow (``bench/results/memory.md`` gives the numbers):
 
-- XLA:CPU's schedule is breadth-first (``xla_cpu_scheduler_type`` left at its default picks the
-  concurrency-optimised ``BFSMemoryScheduler`` whenever it fits: a FIFO queue over the fused
-  instructions, a user appended once its last operand has run), not op-id order. In the GPT loss the
-  one-hot scatter of the labels reads no computed value and runs first; after the sum of the
-  exponentials, the gradient's divide and the ``log`` become ready together, the gradient's first, so
-  the two gradient fusions run before the gather of the log-probabilities (which reads the shifted
-  logits and that ``log``): the shifted logits stay alive across the gradient, five logits-sized
-  buffers where op order has four. Following it needs the callees' bodies in the op graph (the ``log``
-  inside ``log_softmax``, and that ``take_along_axis``'s index result depends on the labels only) and
-  XLA's fused graph for the queue; the op-level graph keeps calls as one node, and an op-level
-  breadth-first order (tried) moved no outlier and put three other stages further off. The loss stage
-  of GPT training reads 0.77, and gpt-train-2host's last stage (its last layer and the loss in one
-  program, with a scalar broadcast XLA materialises for a library fusion and keeps for the backward)
-  0.81. Compiling with the memory-minimising scheduler instead is no cure: the first reads 0.95, the
-  second stays at 0.81, and seven stages that match the default schedule leave 10 % (20 of 28 within,
-  ``bench/results/memory-cpu-scheduler.md``).
+- Ties in XLA's queue are broken by the order of each instruction's users, which XLA's fusion passes
+  set; the model breaks them in op-id order (cnn-train-mixed stage 5: XLA runs a block's input-gradient
+  convolution before its kernel-gradient one, the model the other way round; stages 4 and 5 read 1.09
+  and 1.07, 1.06 and 1.00 in op order, which puts the GPT loss at 0.85).
 - Other reshards of a sharded program (a collective-permute, gathers of small values) are not added:
   the model divides each value by its shards under the stage's layout.
 """
@@ -90,11 +86,11 @@ _POINTWISE_FLOPS = 2.0  # FLOPs per result element up to which a call without a 
 def kernels(graph: OpGraph) -> np.ndarray:
     """(n,) bool: ops whose results XLA materialises and whose operands it materialises before they
     run: :data:`KERNEL_OPS` (but a reduce over dims of size 1, which XLA's simplifier makes a reshape),
-    and calls that hold more than elementwise code. XLA inlines calls, so a
-    call of a pointwise function (``relu``, ``where``) fuses like the elementwise ops it holds. The
-    op-level graph does not keep callee bodies, so a call counts as elementwise when the front end
-    gave it an elementwise dim map, or when it does at most two FLOPs per result element (a select or
-    a mask broadcast); ``log_softmax`` and its gradient do more (exp, log, sums) and hold reductions."""
+    and calls that hold more than elementwise code. XLA inlines calls, so a call of a pointwise function
+    (``relu``, ``where``) fuses like the elementwise ops it holds. Calls whose bodies hold a kernel are
+    spliced in before this is asked (:func:`stage_program_bytes`); a call left as one node (no body
+    recorded, or none with a kernel) counts as elementwise when the front end gave it an elementwise
+    dim map, or when it does at most two FLOPs per result element (a select or a mask broadcast)."""
     maps = graph.dim_maps
     out = np.fromiter((k in KERNEL_OPS for k in graph.kind), bool, graph.num_nodes)
     if graph.operands is not None:  # a reduce over size-1 dims is a reshape
