@@ -366,6 +366,8 @@ def _inlined(graph: OpGraph, cheap: np.ndarray, split: np.ndarray | None, at_ops
     """``graph`` with the bodies of its calls that hold a kernel (:data:`KERNEL_OPS`) spliced in (XLA inlines
     them before it fuses), with ``cheap``, ``split`` and ``at_ops`` carried over (:func:`carry_over`); None
     when there is no such call (or the front end kept no bodies)."""
+    if graph.operands is None:  # a coarsened graph: its meta's call ids are the original graph's
+        return None
     bodies, callee = graph.meta.get("callees", {}), graph.meta.get("calls", {})
     calls = {int(i) for i, c in callee.items() if not KERNEL_OPS.isdisjoint(bodies.get(c, {}).get("kinds", ()))}
     if not calls:
