@@ -13,20 +13,28 @@ materialised), and the stage's footprint is the largest segment (segments run on
 - **outputs**: values of its own ops that another segment reads (or the model returns). Cheap ops
   (:mod:`planmap.frontend.recompute`) are rebuilt by each segment that reads them, so they are never
   outputs nor arguments;
-- **temporaries**: what XLA's buffer assigner needs for the other values it materialises. XLA fuses
-  elementwise and shape ops (and the cheap recomputed ops, and calls of pointwise functions) into
-  their consumers, so such a value has no buffer of its own unless a kernel that cannot fuse it
-  reads it (``dot_general``, ``convolution`` and the other :data:`KERNEL_OPS` take materialised
-  operands, :func:`kernels`) or it leaves the segment; a fused value keeps the buffers it is computed
-  from alive until its own last reader runs. XLA duplicates a cheap producer into each of its
-  consumers but not an expensive one (``exp``, ``log``, ``tanh``, ...: :data:`EXPENSIVE_OPS`), whose
-  value is a buffer when two ops read it (:func:`_shared_expensive`). A temporary lives from its op to
-  its last reader (ops in id order), and goes into an output buffer it fits and does not overlap in
-  time, or else into one heap (:func:`_temp_bytes`); the transposed copies XLA's CPU layout
-  assignment adds for weight gradients are temporaries too (:func:`_layout_copies`). A reduction runs
-  as a library fusion that takes in the convolutions, dots and elementwise ops only it reads
+- **temporaries**: what XLA's buffer assigner needs for the other values it materialises
+  (:func:`_buffers`). XLA fuses elementwise and shape ops (and the cheap recomputed ops, and calls of
+  pointwise functions) into their consumers, so such a value has no buffer of its own unless a kernel
+  that cannot fuse it reads it (``dot_general``, ``convolution`` and the other :data:`KERNEL_OPS` take
+  materialised operands, :func:`kernels`; a gather fuses its operands, and a transpose only dots read
+  is folded into them) or it leaves the segment; a fused value keeps the buffers it is computed from
+  alive until its own last reader runs. XLA duplicates a cheap producer into each of its consumers but
+  not an expensive one (``exp``, ``log``, ``tanh``, ...: :data:`EXPENSIVE_OPS`), whose value is a
+  buffer when two ops read it or a broadcast does (:func:`_shared_expensive`). A reduction runs as a
+  library fusion that takes in the convolutions, dots and elementwise ops only it reads
   (:func:`_library_fusions`): their values have no buffer (a CNN's pooling swallows the blocks before
-  it).
+  it), and what it reads from outside is a buffer (a layer norm's centred input, a broadcast scale).
+  A temporary lives from its op's step to its last reader's, in the order XLA:CPU's default
+  breadth-first scheduler runs the fused units (:mod:`planmap.fused_schedule`), and goes into an
+  output buffer it fits and does not overlap in time, or else into one heap (:func:`_temp_bytes`); the
+  transposed copies XLA's CPU layout assignment adds for weight gradients are temporaries too
+  (:func:`_layout_copies`).
+
+XLA inlines calls before it fuses and schedules: the bodies of calls that hold a kernel (``log_softmax``,
+``take_along_axis`` and their gradients; the front end records them, :mod:`planmap.frontend.callees`) are
+spliced in (:mod:`planmap.inlined`) before the walk, so the loss's ``exp``, sums, ``log``, gather and one-hot
+scatter are ops of their own.
 
 Per device, each value's bytes are divided by its shards under the stage's layout
 (:func:`value_shards`), and a dot whose planned result spec XLA's SPMD partitioner cannot reach from
@@ -35,22 +43,10 @@ its operands' layouts adds the operand it all-gathers (:func:`reshard_buffers`);
 
 What this does not follow (``bench/results/memory.md`` gives the numbers):
 
-- XLA:CPU's schedule is breadth-first (``xla_cpu_scheduler_type`` left at its default picks the
-  concurrency-optimised ``BFSMemoryScheduler`` whenever it fits: a FIFO queue over the fused
-  instructions, a user appended once its last operand has run), not op-id order. In the GPT loss the
-  one-hot scatter of the labels reads no computed value and runs first; after the sum of the
-  exponentials, the gradient's divide and the ``log`` become ready together, the gradient's first, so
-  the two gradient fusions run before the gather of the log-probabilities (which reads the shifted
-  logits and that ``log``): the shifted logits stay alive across the gradient, five logits-sized
-  buffers where op order has four. Following it needs the callees' bodies in the op graph (the ``log``
-  inside ``log_softmax``, and that ``take_along_axis``'s index result depends on the labels only) and
-  XLA's fused graph for the queue; the op-level graph keeps calls as one node, and an op-level
-  breadth-first order (tried) moved no outlier and put three other stages further off. The loss stage
-  of GPT training reads 0.77, and gpt-train-2host's last stage (its last layer and the loss in one
-  program, with a scalar broadcast XLA materialises for a library fusion and keeps for the backward)
-  0.81. Compiling with the memory-minimising scheduler instead is no cure: the first reads 0.95, the
-  second stays at 0.81, and seven stages that match the default schedule leave 10 % (20 of 28 within,
-  ``bench/results/memory-cpu-scheduler.md``).
+- Ties in XLA's queue are broken by the order of each instruction's users, which XLA's fusion passes
+  set; the model breaks them in op-id order (cnn-train-mixed stage 5: XLA runs a block's input-gradient
+  convolution before its kernel-gradient one, the model the other way round; stages 4 and 5 read 1.09
+  and 1.07, 1.06 and 1.00 in op order, which puts the GPT loss at 0.85).
 - Other reshards of a sharded program (a collective-permute, gathers of small values) are not added:
   the model divides each value by its shards under the stage's layout.
 """
@@ -62,7 +58,9 @@ from typing import Any
 import numpy as np
 
 from planmap.frontend.recompute import recomputed_nodes
+from planmap.fused_schedule import fifo_times, last_reads, read_sources
 from planmap.graph import DimRoles, OpGraph
+from planmap.inlined import Inlined, carry_over, inline_calls
 from planmap.segments import stage_programs
 
 __all__ = ["KERNEL_OPS", "EXPENSIVE_OPS", "kernels", "segment_bytes", "stage_program_bytes", "value_shards",
@@ -79,18 +77,28 @@ KERNEL_OPS = frozenset({
     "stablehlo.collective_permute", "stablehlo.rng_bit_generator",
 })
 _CALLS = frozenset({"func.call", "stablehlo.composite"})
+# Kernels XLA fuses elementwise producers into (a loop fusion that reads only the gathered elements):
+# their operands need no buffer of their own.
+_FUSES_OPERANDS = frozenset({"stablehlo.gather"})
 _POINTWISE_FLOPS = 2.0  # FLOPs per result element up to which a call without a dim map is elementwise
 
 
 def kernels(graph: OpGraph) -> np.ndarray:
     """(n,) bool: ops whose results XLA materialises and whose operands it materialises before they
-    run: :data:`KERNEL_OPS`, and calls that hold more than elementwise code. XLA inlines calls, so a
-    call of a pointwise function (``relu``, ``where``) fuses like the elementwise ops it holds. The
-    op-level graph does not keep callee bodies, so a call counts as elementwise when the front end
-    gave it an elementwise dim map, or when it does at most two FLOPs per result element (a select or
-    a mask broadcast); ``log_softmax`` and its gradient do more (exp, log, sums) and hold reductions."""
+    run: :data:`KERNEL_OPS` (but a reduce over dims of size 1, which XLA's simplifier makes a reshape),
+    and calls that hold more than elementwise code. XLA inlines calls, so a call of a pointwise function
+    (``relu``, ``where``) fuses like the elementwise ops it holds. Calls whose bodies hold a kernel are
+    spliced in before this is asked (:func:`stage_program_bytes`); a call left as one node (no body
+    recorded, or none with a kernel) counts as elementwise when the front end gave it an elementwise
+    dim map, or when it does at most two FLOPs per result element (a select or a mask broadcast)."""
     maps = graph.dim_maps
     out = np.fromiter((k in KERNEL_OPS for k in graph.kind), bool, graph.num_nodes)
+    if graph.operands is not None:  # a reduce over size-1 dims is a reshape
+        for i in (i for i, k in enumerate(graph.kind) if k == "stablehlo.reduce"):
+            n_in = len(graph.operands[i]) // 2
+            res = np.flatnonzero(graph.value_node == i)
+            out[i] = n_in == 0 or len(res) != n_in or bool(
+                (graph.value_bytes[list(graph.operands[i][:n_in])] != graph.value_bytes[res]).any())
     for i in (i for i, k in enumerate(graph.kind) if k in _CALLS):
         if maps is not None and maps[i] is not None:
             continue
@@ -137,19 +145,45 @@ def segment_bytes(graph: OpGraph, own: np.ndarray, *, cheap: np.ndarray | None =
     leaves[np.asarray(g.results, np.int64)] = True
     leaves &= made_here & ~cheap[np.maximum(prod, 0)]
     kernel = kernels(g)
-    region = _library_fusions(g, kept, kernel, leaves)
-    inner = (region >= 0) & (region != np.arange(g.num_nodes))  # absorbed into a reduction's library fusion
-    mat = made_here & ((kernel & ~inner)[np.maximum(prod, 0)] | leaves)
-    fused_in = (region[np.maximum(src, 0)] == region[dst]) & (region[dst] >= 0) & (src >= 0)
-    mat[val[into & kernel[dst] & ~inner[dst] & made_here[val] & ~fused_in]] = True
-    mat |= _shared_expensive(g, kept & ~inner, into, made_here)
-    last = _last_reads(g, kept, mat)
+    mat, inner = _buffers(g, kept, leaves, kernel)
+    sources = read_sources(g, kept, mat)
+    time = fifo_times(g, kept, mat, sources)
+    last = last_reads(g, kept, mat, sources, time)
     temps = np.flatnonzero(mat & ~leaves)
     extra = _layout_copies(g, kept & ~inner, kernel, nbytes)
     extra += [(i, i, b) for i, b in (at_ops or {}).items() if kept[i]]
-    temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra)
+    extra = [(int(min(time[a], time[b])), int(max(time[a], time[b])), size) for a, b, size in extra]
+    temp = _temp_bytes(g, temps, np.flatnonzero(leaves), last, nbytes, extra, time)
     return {"params": float(nbytes[read[is_param[read]]].sum()), "inputs": float(nbytes[read[~is_param[read]]].sum()),
             "outputs": float(nbytes[leaves].sum()), "temp": temp}
+
+
+def _buffers(g: OpGraph, kept: np.ndarray, leaves: np.ndarray, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values,) bool: the values of the program ``kept`` XLA writes to buffers, and (n,) bool: its ops
+    inside a reduction's library fusion (:func:`_library_fusions`). A value is a buffer when it leaves
+    the program (``leaves``), a kernel makes it (:func:`kernels`), a kernel outside a library fusion reads
+    it (but a gather fuses its operands, and a transpose only dots read is folded into them:
+    :func:`_folded_transposes`), it is expensive and read twice or broadcast (:func:`_shared_expensive`),
+    or a library fusion reads it from outside."""
+    src, val, dst = g.edge_src.astype(np.int64), g.edge_value.astype(np.int64), g.edge_dst.astype(np.int64)
+    into = kept[dst]
+    prod = g.value_node.astype(np.int64)
+    made_here = np.zeros(g.num_values, bool)
+    made_here[prod >= 0] = kept[prod[prod >= 0]]
+    region = _library_fusions(g, kept, kernel, leaves)
+    inner = (region >= 0) & (region != np.arange(g.num_nodes))  # absorbed into a reduction's library fusion
+    mat = made_here & ((kernel & ~inner)[np.maximum(prod, 0)] | leaves)
+    rsrc = region[np.maximum(src, 0)]
+    fused_in = (rsrc == region[dst]) & (region[dst] >= 0) & (src >= 0)
+    takes = kernel & ~np.fromiter((k in _FUSES_OPERANDS for k in g.kind), bool, g.num_nodes)
+    operand = into & takes[dst] & ~inner[dst] & made_here[val] & ~fused_in
+    folded = _folded_transposes(g, kept, leaves)
+    mat[val[operand & ~folded[val]]] = True
+    below = [int(g.operands[prod[v]][0]) for v in np.unique(val[operand & folded[val]])] if g.operands else []
+    mat[[u for u in below if made_here[u]]] = True
+    mat |= _shared_expensive(g, kept & ~inner, into, made_here)
+    mat[val[into & (region[dst] >= 0) & ((src < 0) | (rsrc != region[dst])) & made_here[val]]] = True
+    return mat, inner
 
 
 # Elementwise ops XLA's fusion pass counts as expensive (``InstructionFusion::IsExpensive``: transcendental
@@ -160,10 +194,12 @@ EXPENSIVE_OPS = frozenset("stablehlo." + k for k in (
 
 
 def _shared_expensive(g: OpGraph, kept: np.ndarray, into: np.ndarray, made_here: np.ndarray) -> np.ndarray:
-    """(values,) bool: results of :data:`EXPENSIVE_OPS` that two or more ops of the program read. XLA
-    fuses an elementwise producer into each of its consumers, duplicating it, unless the producer is
-    expensive: then it stays a fusion of its own and writes a buffer that every consumer reads (an MLP's
-    ``tanh`` read by the forward's product and by the backward's derivative)."""
+    """(values,) bool: results of :data:`EXPENSIVE_OPS` that two or more ops of the program read, or that
+    a broadcast reads. XLA fuses an elementwise producer into each of its consumers, duplicating it,
+    unless the producer is expensive: then it stays a fusion of its own and writes a buffer that every
+    consumer reads (an MLP's ``tanh`` read by the forward's product and by the backward's derivative);
+    nor does it fuse an expensive producer into a consumer that reuses its elements (a broadcast: the
+    ``log`` of a softmax's sum, a layer norm's ``rsqrt``)."""
     expensive = np.fromiter((k in EXPENSIVE_OPS for k in g.kind), bool, g.num_nodes) & kept
     val, dst = g.edge_value.astype(np.int64), g.edge_dst.astype(np.int64)
     prod = g.value_node.astype(np.int64)
@@ -171,7 +207,30 @@ def _shared_expensive(g: OpGraph, kept: np.ndarray, into: np.ndarray, made_here:
     values, counts = np.unique(pairs[0], return_counts=True)
     out = np.zeros(g.num_values, bool)
     out[values[counts > 1]] = True
+    grows = np.fromiter((k in _BROADCASTS for k in g.kind), bool, g.num_nodes)
+    grows[grows] = g.out_bytes[grows] > np.asarray([g.value_bytes[int(g.operands[i][0])] if g.operands else 0
+                                                   for i in np.flatnonzero(grows)], np.int64)
+    out[pairs[0][grows[pairs[1]]]] = True
     return out
+
+
+def _folded_transposes(g: OpGraph, kept: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """(values,) bool: results of ``transpose`` ops that only dots of the program read. XLA folds such a
+    transpose into the dot's dimension numbers (``TransposeFolding``): no buffer, the dot reads the
+    transpose's operand (a weight's transpose for ``x @ W.T``)."""
+    out = np.zeros(g.num_values, bool)
+    if g.operands is None:
+        return out
+    readers: dict[int, set[str]] = {}
+    for v, d in zip(g.edge_value.tolist(), g.edge_dst.tolist(), strict=True):
+        readers.setdefault(v, set()).add(g.kind[d])
+    for i in (i for i, k in enumerate(g.kind) if k == "stablehlo.transpose" and kept[i]):
+        v = int(np.flatnonzero(g.value_node == i)[0])
+        out[v] = not leaves[v] and readers.get(v, set()) == {"stablehlo.dot_general"}
+    return out
+
+
+_BROADCASTS = frozenset({"stablehlo.broadcast_in_dim", "stablehlo.broadcast"})
 
 
 _LIBRARY_OPS = frozenset({"stablehlo.convolution", "stablehlo.dot_general", "stablehlo.dot"})
@@ -211,28 +270,6 @@ def _library_fusions(g: OpGraph, kept: np.ndarray, kernel: np.ndarray, leaves: n
                     region[p] = r
                     grown = True
     return region
-
-
-def _last_reads(g: OpGraph, kept: np.ndarray, mat: np.ndarray) -> np.ndarray:
-    """(values,) the last ``kept`` op that reads each materialised value (-1: none); a fused (not
-    materialised) value's readers read the buffers it is computed from."""
-    last = np.full(g.num_values, -1, np.int64)
-    indptr, vals = _in_values(g)
-    made = g.value_node.astype(np.int64)
-    by_op = np.argsort(made, kind="stable")
-    out_ptr = np.searchsorted(made[by_op], np.arange(g.num_nodes + 1))
-    sources: dict[int, set[int]] = {}
-    for i in np.flatnonzero(kept):
-        acc: set[int] = set()
-        for v in vals[indptr[i]: indptr[i + 1]]:
-            v = int(v)
-            acc |= {v} if mat[v] or g.value_node[v] < 0 else sources.get(v, set())
-        for s in acc:
-            last[s] = i
-        for v in by_op[out_ptr[i]: out_ptr[i + 1]]:
-            if not mat[v]:
-                sources[int(v)] = acc
-    return last
 
 
 def _shape(g: OpGraph, v: int) -> tuple[int, ...]:
@@ -293,12 +330,13 @@ def _layout_copies(g: OpGraph, kept: np.ndarray, kernel: np.ndarray,
 
 
 def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarray, nbytes: np.ndarray,
-                extra: list[tuple[int, int, float]]) -> float:
+                extra: list[tuple[int, int, float]], time: np.ndarray) -> float:
     """XLA's temporary bytes: its buffer assigner takes values largest first and puts a temporary in
     the smallest output buffer that is large enough and holds nothing live at the same time (an output
     is live from its op to the end; a temporary from its op to its last reader); the temporaries left
-    over share one heap whose size is the most of them alive at once."""
-    start = g.value_node.astype(np.int64)
+    over share one heap whose size is the most of them alive at once. Times are steps (``time``: each
+    op's)."""
+    start = time[np.maximum(g.value_node.astype(np.int64), 0)]
     end = np.maximum(last, start)
     rooms = sorted(((float(nbytes[v]), int(v)) for v in outs), reverse=True)
     held: list[list[tuple[int, int]]] = [[(int(start[v]), g.num_nodes)] for _, v in rooms]
@@ -323,12 +361,19 @@ def _temp_bytes(g: OpGraph, temps: np.ndarray, outs: np.ndarray, last: np.ndarra
     return float(np.cumsum(delta).max())
 
 
-def _in_values(g: OpGraph) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of the values each op reads (by op id)."""
-    order = np.argsort(g.edge_dst, kind="stable")
-    indptr = np.zeros(g.num_nodes + 1, np.int64)
-    np.add.at(indptr, g.edge_dst.astype(np.int64) + 1, 1)
-    return np.cumsum(indptr), g.edge_value[order].astype(np.int64)
+def _inlined(graph: OpGraph, cheap: np.ndarray, split: np.ndarray | None, at_ops: dict[int, float] | None
+             ) -> tuple[Inlined, np.ndarray, np.ndarray | None, dict[int, float] | None] | None:
+    """``graph`` with the bodies of its calls that hold a kernel (:data:`KERNEL_OPS`) spliced in (XLA inlines
+    them before it fuses), with ``cheap``, ``split`` and ``at_ops`` carried over (:func:`carry_over`); None
+    when there is no such call (or the front end kept no bodies)."""
+    if graph.operands is None:  # a coarsened graph: its meta's call ids are the original graph's
+        return None
+    bodies, callee = graph.meta.get("callees", {}), graph.meta.get("calls", {})
+    calls = {int(i) for i, c in callee.items() if not KERNEL_OPS.isdisjoint(bodies.get(c, {}).get("kinds", ()))}
+    if not calls:
+        return None
+    flat = inline_calls(graph, calls)
+    return (flat, *carry_over(graph, flat, cheap, split, at_ops))
 
 
 def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *, split: np.ndarray | None = None,
@@ -338,11 +383,16 @@ def stage_program_bytes(graph: OpGraph, op_group: np.ndarray, k: int, *, split: 
     ``at_ops``: :func:`segment_bytes`'s."""
     cheap = recomputed_nodes(graph)
     best = {"params": 0.0, "inputs": 0.0, "outputs": 0.0, "temp": 0.0}
+    flat = _inlined(graph, cheap, split, at_ops)
     for ops in stage_programs(graph.pred, np.asarray(op_group), k):
         own = np.zeros(graph.num_nodes, bool)
         own[ops] = True
         own &= ~cheap
-        part = segment_bytes(graph, own, cheap=cheap, split=split, at_ops=at_ops)
+        if flat is not None:
+            part = segment_bytes(flat[0].graph, own[flat[0].node_of] & ~flat[1], cheap=flat[1], split=flat[2],
+                                 at_ops=flat[3])
+        else:
+            part = segment_bytes(graph, own, cheap=cheap, split=split, at_ops=at_ops)
         if sum(part.values()) > sum(best.values()):
             best = part
     return best

@@ -36,6 +36,7 @@ import numpy as np
 from planmap.errors import InputError
 from planmap.frontend import costs as C
 from planmap.frontend.arguments import assign_roles
+from planmap.frontend.callees import callee_bodies
 from planmap.frontend.dimmaps import DimMapper
 from planmap.frontend.loops import static_trip_count
 from planmap.frontend.mlir import ParsedModule
@@ -283,6 +284,7 @@ def build_graph(parsed: ParsedModule, *, name: str, entry: str = "main", argumen
         roles = assign_roles(arg_names, arguments, where)
         shardings = collect_shardings(parsed.module, fn, walk.constraint_ops)
         result_names = _result_names(fn, len(walk.results))
+        bodies = callee_bodies(coster.funcs, set(walk.calls.values()), types) if walk.calls else {}
         attrs = parsed.module.operation.attributes
         module_name = attrs["sym_name"].value if "sym_name" in attrs else ""
 
@@ -353,6 +355,9 @@ def build_graph(parsed: ParsedModule, *, name: str, entry: str = "main", argumen
     }
     if shardings:
         meta["shardings"] = shardings
+    if bodies:  # for the memory model (planmap.frontend.callees)
+        meta["calls"] = {i: c for i, c in walk.calls.items() if c in bodies}
+        meta["callees"] = bodies
     if parsed.info:
         meta["exported"] = parsed.info
     graph_args = [Arg(index=i, name=arg_names[i], type=walk.arg_types[i].type, role=roles[i], value=i)
@@ -396,6 +401,7 @@ class _Walk:
         self.operands: list[tuple[int, ...]] = []
         self.dim_maps: list[DimMap | None] = []
         self.splats: list[int] = []  # splat constants: one element, materialised by the fusion reading it
+        self.calls: dict[int, str] = {}  # func.call node -> callee name
 
 
 def _body_ops(fn: Any) -> list:
@@ -512,6 +518,8 @@ def _walk_entry(fn: Any, block: Any, types: TypeTable, coster: _Coster) -> _Walk
             if cost.unknown:
                 coster.unknown[cost.unknown] += 1
             w.special[n] = cost
+            if kind == "func.call":
+                w.calls[n] = op.attributes["callee"].value
         elif cat == _FREE and kind == "sdy.sharding_constraint":
             w.constraint_ops.append((n, op))
         elif cat == _CONSTANT and _is_splat(op):

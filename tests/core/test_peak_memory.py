@@ -5,6 +5,7 @@ naming the stage, its bytes and the capacity."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,29 +48,35 @@ def test_a_plan_records_the_program_memory_of_each_stage(root, name):
 
 
 def _tight(root: Path, tmp_path: Path, microbatches: str, capacity: float):
-    """The MLP training spec with every accelerator's usable memory set to ``capacity`` bytes."""
-    problem = build_problem(load_spec(_spec(root, tmp_path, mb=microbatches, schedule="1f1b")))
-    return replace(problem, memory_headroom=1 - capacity / float(problem.topology.memory[1]))
+    """The CNN training model on the 4-accelerator spec of ``tests.core.test_microbatching`` with the usable
+    memory of the last two accelerators (host0/acc2, host0/acc3) set to ``capacity`` bytes."""
+    spec = _spec(root, tmp_path, mb=microbatches, schedule="1f1b")
+    shutil.copy(root / "specs" / "models" / "cnn_train.mlir", tmp_path / "models" / "cnn_train.mlir")
+    spec.write_text(spec.read_text().replace("mlp_train.mlir", "cnn_train.mlir"))
+    problem = build_problem(load_spec(spec))
+    memory = np.array(problem.topology.memory, float)
+    memory[3:] = capacity / (1 - problem.memory_headroom)
+    return replace(problem, topology=replace(problem.topology, memory=memory))
 
 
 def test_solve_takes_the_next_microbatch_count_when_the_program_model_does_not_fit(root, tmp_path):
-    # the dp plan's second accelerator stage: linear terms 5.63 MB at M >= 2, program model 5.67 MB (5.59 at M=1)
-    problem = _tight(root, tmp_path, "[1, 2, 4, 8]", 5.65e6)
+    # the dp plan at M=8 puts a stage on acc2 or acc3 whose linear terms are 5.01 MB and program model 5.96 MB
+    problem = _tight(root, tmp_path, "[1, 2, 4, 8]", 5.5e6)
     result = solve(problem, "dp")
     linear = evaluate(result.problem.decide(8, result.problem.schedule),
                       replace(result.solution, microbatches=8))
     assert linear.feasible  # the linear terms fit at the fastest candidate, M=8 ...
-    assert result.problem.microbatches == 1 and result.evaluation.feasible  # ... the program model only at M=1
+    assert result.problem.microbatches == 2 and result.evaluation.feasible  # ... the program model only at M<=2
     ev = result.evaluation
-    assert ev.peak is not None and (ev.memory <= ev.capacity).all() and ev.memory[2] > 5.5e6
+    assert ev.peak is not None and (ev.memory <= ev.capacity).all() and ev.memory[3] > 5e6
     message = result.solution.certificate.message
-    assert "M=1 0.374" in message and "M=8 infeasible" in message
+    assert "M=2 1.05" in message and "M=4 infeasible" in message and "M=8 infeasible" in message
 
 
 def test_solve_fails_naming_the_stage_when_no_candidate_fits_the_program_model(root, tmp_path):
-    problem = _tight(root, tmp_path, "1", 5.57e6)
+    problem = _tight(root, tmp_path, "1", 4.0e6)
     with pytest.raises(InfeasibleError) as e:
         solve(problem, "dp")
     text = str(e.value)
     assert "the solver's linear memory terms fit" in text and "under the program model" in text
-    assert "host0/acc1 needs 5.33MiB of 5.31MiB usable (stage 1: 5.33MiB = program" in text
+    assert "host0/acc2 needs 3.93MiB of 3.81MiB usable (stage 2: 3.93MiB = program" in text
