@@ -31,6 +31,7 @@ import numpy as np
 from planmap.crossings import crossings
 from planmap.evaluation import Evaluation, memory_violations
 from planmap.problem import Problem, Solution
+from planmap.remat_stages import for_solution
 from planmap.structure import flatten_groups as _flatten
 from planmap.structure import nonconvex_units, quotient_order
 from planmap.structure import placement_checks as _common_checks
@@ -93,6 +94,7 @@ def evaluate(problem: Problem, solution: Solution) -> Evaluation:
     if len(solution.assignment) != problem.graph.num_nodes:
         raise ValueError(f"evaluate requires an assignment of {problem.graph.num_nodes} nodes, "
                          f"but got {len(solution.assignment)}")
+    problem = for_solution(problem, solution)  # the stages' own activation-checkpointing choices
     if solution.shardings is not None and solution.num_stages > 1:
         from planmap.evaluate_stages import evaluate_stages, is_plain_pipeline
 

@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.remat_stages import PER_STAGE, relax
 from planmap.vocabulary import ObjectiveKind
 
 from .engine import DPTimeout, to_solution
@@ -47,7 +49,7 @@ from .stage_units import NonUniformCharges
 
 __all__ = ["ThroughputDP", "PreparedDP", "prepare", "incumbents", "threshold_ladder"]
 
-VERSION = "1"
+VERSION = "2"  # 2: remat: auto chosen per stage inside the stage cost
 DEFAULT_LADDER = (0.3, 0.6)
 
 
@@ -63,8 +65,6 @@ def threshold_ladder(lb: float, ub: float, fractions=DEFAULT_LADDER) -> list[flo
 
 def incumbents(problem: Problem, options: SolveOptions) -> list[tuple[float, str, Solution]]:
     """Feasible plans to bound the search: the warm start and cheap baselines, best first."""
-    from dataclasses import replace
-
     from ..heuristics.even import EvenSplit
     from .pipedream import PipeDream
 
@@ -107,8 +107,6 @@ class ThroughputDP:
         """Charges differ between hosts (NVLink inside, a network between): solve exactly within each
         host — where they are uniform — and keep the best. Not a proof for the whole cluster, so the
         answer is a heuristic; ``solver: auto`` goes on to methods that model every link."""
-        from dataclasses import replace
-
         topo = problem.topology
         best: tuple[float, int, Solution] | None = None
         hosts = sorted({int(h) for h in topo.device_host[problem.allowed.any(axis=0)]})
@@ -173,10 +171,16 @@ class ThroughputDP:
                     msg += f"; {prep.merged} zero-cost leaf unit(s) merged into their neighbour first (lossless)"
                 if not problem.contiguous:
                     msg += "; optimal among contiguous plans only (non-contiguous plans may be better)"
+                if problem.remat_choice:
+                    msg += ("; over splits x activation checkpointing per stage (each stage recomputes its layers' "
+                            "forward only where it does not fit without)")
+                    opts = {**opts, "remat": PER_STAGE}
                 cert = Certificate(status, self.name, objective=res.value,
                                    bound=res.value if problem.contiguous else None, version=VERSION,
                                    message=msg, options=opts, wall_time=time.perf_counter() - t0)
                 sol = to_solution(problem, prep.unit_of, prep.bits, prep.classes, res, cert)
+                if problem.remat_choice:  # the choice the DP made per stage, read back from the split
+                    sol = relax(problem, replace(sol, stages=tuple(replace(st, remat=True) for st in sol.stages)))
                 self._progress(options, t0, res.value, res.value, "DP done")
                 return sol
             proven = max(proven, T)
