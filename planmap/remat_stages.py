@@ -32,6 +32,8 @@ def node_mask(problem: Problem, solution: Solution) -> np.ndarray:
     """(n,) bool: the nodes whose stage recomputes — a stage's own ``remat`` where it states one, else the
     problem's cost model's."""
     mask = problem.cost.remat_nodes.copy()
+    if solution.shardings is not None:  # sharded stages: the plan states no recomputation (SPMD ignores it)
+        return mask
     assignment = np.asarray(solution.assignment)
     for k, st in enumerate(solution.stages):
         if st.remat is not None:
@@ -41,7 +43,8 @@ def node_mask(problem: Problem, solution: Solution) -> np.ndarray:
 
 def for_solution(problem: Problem, solution: Solution) -> Problem:
     """``problem`` with the cost model of ``solution``'s per-stage choices (itself when no stage states one)."""
-    if all(st.remat is None for st in solution.stages) or len(solution.assignment) != problem.graph.num_nodes:
+    if (all(st.remat is None for st in solution.stages) or solution.shardings is not None
+            or len(solution.assignment) != problem.graph.num_nodes):
         return problem
     cost = problem.cost.with_remat(node_mask(problem, solution))
     return problem if cost is problem.cost else replace(problem, cost=cost)
@@ -59,6 +62,8 @@ def relax(problem: Problem, solution: Solution) -> Solution:
     its devices' memory without it (never slower; for this split, the best choice per stage)."""
     from planmap.evaluate import evaluate
 
+    if solution.shardings is not None:  # sharded stages: no per-stage choice to make (see node_mask)
+        return solution
     chosen = stage_choices(problem, solution)
     sol = replace(solution, stages=tuple(replace(st, remat=c) for st, c in zip(solution.stages, chosen, strict=True)))
     cap = problem.capacity

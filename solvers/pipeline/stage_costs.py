@@ -252,8 +252,8 @@ class StageCosts:
             mem = mem + self._max_ws(i, js)
         elif len(self.ws_sorted):
             cap_lo, cap_hi, f_lo, f_hi = ws_rule
-            need = ((mem + np.maximum(stash, stash_r) * f_hi + self.ws_sorted[0] > cap_lo)
-                    & (mem + np.minimum(stash, stash_r) * f_lo <= cap_hi))
+            hi, lo = (np.maximum(stash, stash_r), np.minimum(stash, stash_r)) if self.has_remat else (stash, stash)
+            need = (mem + hi * f_hi + self.ws_sorted[0] > cap_lo) & (mem + lo * f_lo <= cap_hi)
             if need.any():
                 mem[need] += self._max_ws(i, js[need])
         lb = self.LB[i] - self.LB[js]
