@@ -20,6 +20,9 @@ replicas — except kernel launches, which every replica pays in full (a replica
 beats its per-replica launch floor) — plus the gradient all-reduce among them in training, assumed
 not overlapped with the backward pass (added to the backward load). The objective is the largest
 load (or max forward load + max backward load).
+
+Activation checkpointing: a stage that states its choice (``Stage.remat``, ``remat: auto``) is charged
+with it (:func:`planmap.remat_stages.for_solution`), any other as the problem's cost model says.
 """
 
 from __future__ import annotations

@@ -21,6 +21,13 @@ lower bound, a pass at or above the optimum returns the optimum, and one that fi
 proves its threshold a lower bound (reported if the time limit stops the DP). Graphs with more ideals
 than ``max_ideals`` (solver option, default 250,000) are refused with a message, so ``solver: auto`` moves on.
 
+With ``remat: auto`` (``Problem.remat_choice``) each stage also chooses activation checkpointing: for a
+fixed split a stage's memory depends on its own choice only and recomputing never makes it faster, so a
+stage's cost is its plain cost where that fits the devices' memory, else its checkpointed cost where that
+fits, else none (:mod:`planmap.remat_stages`); the DP is then exact over splits x per-stage choices, and
+the certificate says so. The choice is read back from the final split by the same rule
+(:func:`planmap.remat_stages.relax`).
+
 Before the enumeration, lossless reductions shrink the unit graph (:mod:`.reductions`: colour classes
 contracted, zero-cost leaves merged into their one neighbour); the certificate says how many units
 they merged.
@@ -36,6 +43,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from typing import Any
 
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
@@ -145,7 +153,8 @@ class ThroughputDP:
         thresholds = threshold_ladder(lb, ub, pt.get("ladder", DEFAULT_LADDER))
         proven = lb
         pairs = 0
-        opts = {"max_ideals": int(pt.get("max_ideals", DEFAULT_MAX_IDEALS)), "time_limit": options.time_limit}
+        opts: dict[str, Any] = {"max_ideals": int(pt.get("max_ideals", DEFAULT_MAX_IDEALS)),
+                                "time_limit": options.time_limit}
         for T in thresholds:
             self._progress(options, t0, ub, proven, f"DP over {prep.num_ideals:,} ideals, threshold {T:.6g}")
             try:

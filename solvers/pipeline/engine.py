@@ -17,6 +17,10 @@ pipeline-schedule memory, the max-forward + max-backward objective (a Pareto set
 * a stage costing more than ``T`` or exceeding the device's memory is never formed;
 * a state is dropped when the units left cannot fit on the devices left at ``T`` each.
 
+``remat: auto``: a stage's cost is its plain one where that fits the state's in-flight memory, else its
+checkpointed one (:meth:`PipelineDP._choose`); the pruning keys use the plain (smaller) compute, so they
+stay valid.
+
 With ``T >=`` the optimum the result is exact; with ``T <`` the optimum the DP finds nothing,
 which proves ``T`` is a lower bound.
 """

@@ -19,7 +19,9 @@ query on ideals re-encoded in descending working-set order).
 The charges are exactly those of :func:`planmap.evaluate.evaluate`: receive once per value per
 stage, send once per value at the (class-determined) charge, forward/backward split by the
 producer, parameters counted once per stage, memory = parameters x factor + state + stash x
-in-flight microbatches + the largest working set.
+in-flight microbatches + the largest working set. With ``remat: auto`` a second set of prefix sums
+holds the forward time, its launches and the stash of the same units recomputing their layers'
+forward (``PairCosts.remat``); the rest of a stage's cost does not depend on the choice.
 """
 
 from __future__ import annotations
