@@ -105,11 +105,11 @@ def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None =
     ``auto`` stops at the first answer with a proof (optimal, or within the gap); a heuristic answer
     (e.g. the DP exact within one host only) warm-starts the next candidate, and the best answer
     under the evaluator wins. The time limit is for the whole chain. A problem whose stages choose
-    activation checkpointing (``remat: auto``) is solved by :func:`planmap.remat_stages.solve_choosing`.
+    activation checkpointing (``remat: auto``) is solved by :func:`planmap.remat_choice.solve_choosing`.
     """
     options = options or SolveOptions()
     if problem.remat_choice:
-        from planmap.remat_stages import solve_choosing
+        from planmap.remat_choice import solve_choosing
 
         return solve_choosing(problem, solver, options, _solve)
     return _solve(problem, solver, options)

@@ -26,7 +26,7 @@ fixed split a stage's memory depends on its own choice only and recomputing neve
 stage's cost is its plain cost where that fits the devices' memory, else its checkpointed cost where that
 fits, else none (:mod:`planmap.remat_stages`); the DP is then exact over splits x per-stage choices, and
 the certificate says so. The choice is read back from the final split by the same rule
-(:func:`planmap.remat_stages.relax`).
+(:func:`planmap.remat_choice.relax`).
 
 Before the enumeration, lossless reductions shrink the unit graph (:mod:`.reductions`: colour classes
 contracted, zero-cost leaves merged into their one neighbour); the certificate says how many units
@@ -48,7 +48,8 @@ from typing import Any
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
-from planmap.remat_stages import PER_STAGE, relax
+from planmap.remat_choice import relax
+from planmap.remat_stages import PER_STAGE
 from planmap.vocabulary import ObjectiveKind
 
 from .engine import DPTimeout, to_solution
