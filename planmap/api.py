@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planmap.errors import InfeasibleError, InputError, PlanmapError
+from planmap.errors import InputError, PlanmapError
 from planmap.explain import plan_kind
 from planmap.plan.build import make_plan
 from planmap.plan.document import PlanDocument, render
@@ -66,44 +66,18 @@ def solve_spec(loaded: Any, *, solver: str | None = None, time_limit: Any = None
     Returns ``(problem, SolveResult)``, the problem with the plan's microbatches and schedule decided (the
     result's); the one path from a spec to an answer for the CLI and the API.
     """
-    from planmap.assemble import build_problem, remat_options
+    from planmap.assemble import build_problem
     from planmap.problem import SolveOptions
     from planmap.solve import solve as run_solve
 
     cfg = loaded.spec.solver
     options = SolveOptions.from_spec(cfg, time_limit=_limit_seconds(time_limit, cfg.time_limit), rel_gap=gap,
                                      threads=threads or None, progress=progress)
-    choices = remat_options(loaded)
-    answers = []
-    for remat in choices:
-        problem = build_problem(loaded, remat=remat)
-        if on_problem is not None:
-            on_problem(problem)
-        try:
-            result = run_solve(problem, solver or cfg.name, options)
-            answers.append((result.problem, result))
-        except InfeasibleError:
-            if remat is choices[-1] and not answers:
-                raise
-    if len(choices) == 1:
-        return answers[0]
-    return _with_remat_choice(*min(answers, key=_remat_rank))
-
-
-def _remat_rank(answer) -> tuple:
-    """``remat: auto``: a plan that fits memory first, then the faster, then the one without recomputation."""
-    problem, result = answer
-    ev = result.evaluation
-    return (not ev.feasible, ev.objective, problem.cost.remat)
-
-
-def _with_remat_choice(problem, result):
-    """The answer of ``remat: auto`` with its choice recorded in the certificate's options."""
-    from dataclasses import replace
-
-    sol = result.solution
-    cert = replace(sol.certificate, options={**sol.certificate.options, "remat": problem.cost.remat})
-    return problem, replace(result, solution=replace(sol, certificate=cert))
+    problem = build_problem(loaded)  # remat: auto is a per-stage decision (planmap.remat_stages)
+    if on_problem is not None:
+        on_problem(problem)
+    result = run_solve(problem, solver or cfg.name, options)
+    return result.problem, result
 
 
 @dataclass(eq=False)

@@ -93,7 +93,9 @@ def remat_options(spec: Any) -> tuple[bool, ...]:
 def build_problem(spec: Any, *, graph: OpGraph | None = None, remat: bool | None = None) -> Problem:
     """The problem a :class:`~planmap.spec.LoadedSpec` describes: load, coarsen, cost, constrain.
 
-    ``remat``: activation checkpointing, one of :func:`remat_options` (default: the spec's, no for auto)."""
+    ``remat``: activation checkpointing on every stage (True) or none (False), one of :func:`remat_options`;
+    None (the default): the spec's, and for ``remat: auto`` a per-stage decision of the planner
+    (:attr:`~planmap.problem.Problem.remat_choice`, none until a stage chooses it)."""
     from planmap import frontend
 
     body = spec.spec
@@ -133,16 +135,19 @@ def build_problem(spec: Any, *, graph: OpGraph | None = None, remat: bool | None
         schedule=resolve_schedule(mode) if schedule is Schedule.AUTO else schedule, schedule_choices=schedules,
         microbatches=mb, microbatch_choices=mb_choices, replication=str(body.constraints.replication) == "allow",
         batch_size=_batch_size(original),
-        allowed=allowed, original=original, spec=spec,
+        remat_choice=remat is None and len(remat_options(spec)) > 1, allowed=allowed, original=original, spec=spec,
     )
 
 
-def plan_remat(spec: Any, doc: Any) -> bool:
+def plan_remat(spec: Any, doc: Any) -> bool | None:
     """The activation-checkpointing choice a plan of ``spec`` was made with: the spec's, or for
-    ``remat: auto`` the one the plan records (``solver.options.remat``); InputError when the spec does
-    not allow the recorded choice."""
+    ``remat: auto`` the one the plan records in ``solver.options.remat``: ``per-stage`` gives None (each
+    stage's, as its ``remat`` ranges say), a bool (plans written before the choice was per stage) that
+    choice for every stage; InputError when the spec does not allow the recorded choice."""
     allowed = remat_options(spec)
     recorded = doc.solver.options.get("remat", allowed[0])
+    if recorded == "per-stage" and len(allowed) > 1:
+        return None
     if not isinstance(recorded, bool) or recorded not in allowed:
         raise InputError(f"the plan records remat {recorded!r}, but the spec allows "
                          f"{' or '.join(str(r).lower() for r in allowed)}")

@@ -74,6 +74,18 @@ def mixed_precision_factor(graph: OpGraph, optimizer: str, master_dtype: str) ->
     return held / stored if stored else param_memory_factor(Mode.TRAINING, optimizer)
 
 
+def _remat_mask(graph: OpGraph, mode: Mode, remat: bool | np.ndarray) -> np.ndarray:
+    """(n,) bool checkpointing mask; all False outside training or without a backward pass (nothing to stash)."""
+    if mode != Mode.TRAINING or not graph.backward.any():
+        return np.zeros(graph.num_nodes, bool)
+    if isinstance(remat, np.ndarray):
+        mask = np.asarray(remat, bool)
+        if mask.shape != (graph.num_nodes,):
+            raise ValueError(f"remat mask requires shape ({graph.num_nodes},), but got {mask.shape}")
+        return mask.copy()
+    return np.full(graph.num_nodes, bool(remat))
+
+
 def _ro(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
     return a
@@ -100,11 +112,14 @@ class CostModel:
     kernels: np.ndarray
     launch: np.ndarray
     master_dtype: str | None = None
-    remat: bool = False
+    remat_mask: np.ndarray | None = None  # (n,) bool: nodes of checkpointed stages (None: none)
 
     @classmethod
     def build(cls, graph: OpGraph, topology: Topology, *, mode: str = Mode.INFERENCE, optimizer: str = "adam",
-              kernels: np.ndarray | None = None, master_dtype: str | None = None, remat: bool = False) -> CostModel:
+              kernels: np.ndarray | None = None, master_dtype: str | None = None,
+              remat: bool | np.ndarray = False) -> CostModel:
+        """``remat``: activation checkpointing, for every node (True), none (False), or per node (a (n,)
+        bool mask: the nodes of the stages that recompute; see :meth:`with_remat`)."""
         n, types = graph.num_nodes, len(topology.type_names)
         k = np.ones(n) if kernels is None else np.asarray(kernels, float)
         compute = np.empty((n, types))
@@ -113,11 +128,36 @@ class CostModel:
             compute[:, t], launch[:, t] = _type_times(graph, topology, t, k)
         if master_dtype is not None and master_dtype not in MASTER_DTYPES:
             raise InputError(f"master dtype {master_dtype!r} is not one of {', '.join(MASTER_DTYPES)}", code="value")
-        remat = bool(remat and mode == Mode.TRAINING and graph.backward.any())
-        if remat:  # a layer's forward runs again in its backward: its nodes cost twice (launches too)
-            again = layer_forward(graph).astype(float)[:, None]
-            compute, launch = compute * (1.0 + again), launch * (1.0 + again)
-        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch), master_dtype, remat)
+        mask = _remat_mask(graph, Mode(mode), remat)
+        again = (layer_forward(graph) & mask).astype(float)[:, None]  # run again in the backward: cost twice
+        compute, launch = compute * (1.0 + again), launch * (1.0 + again)
+        return cls(graph, topology, Mode(mode), optimizer, _ro(compute), _ro(k), _ro(launch), master_dtype, _ro(mask))
+
+    def with_remat(self, remat: bool | np.ndarray) -> CostModel:
+        """This cost model with activation checkpointing on the nodes of ``remat`` (True: all, False: none,
+        or a (n,) bool mask) instead of its own: the recomputed nodes' times are re-derived exactly (x2 or
+        /2), and what does not depend on the choice (working sets, parameters) is carried over."""
+        mask = _remat_mask(self.graph, self.mode, remat)
+        if np.array_equal(mask, self.remat_nodes):
+            return self
+        fwd = layer_forward(self.graph)
+        scale = ((1.0 + (fwd & mask)) / (1.0 + (fwd & self.remat_nodes)))[:, None]
+        out = CostModel(self.graph, self.topology, self.mode, self.optimizer, _ro(self.compute * scale), self.kernels,
+                        _ro(self.launch * scale), self.master_dtype, _ro(mask))
+        for name in ("param_factor", "param_use", "working_set", "uniform_comm", "supported"):
+            if name in self.__dict__:  # cached and independent of the choice
+                out.__dict__[name] = self.__dict__[name]
+        return out
+
+    @property
+    def remat_nodes(self) -> np.ndarray:
+        """(n,) bool: the nodes whose stage recomputes its layers' forward in its backward pass."""
+        return self.remat_mask if self.remat_mask is not None else np.zeros(self.graph.num_nodes, bool)
+
+    @property
+    def remat(self) -> bool:
+        """Activation checkpointing on some node (see :attr:`remat_nodes`)."""
+        return bool(self.remat_nodes.any())
 
     @staticmethod
     def replicated(seconds, launch, replicas):
@@ -208,21 +248,24 @@ class CostModel:
     @cached_property
     def stash_bytes(self) -> np.ndarray:
         """(n,) bytes a forward node's outputs occupy per in-flight microbatch until the backward pass
-        consumes them (training only; zero in inference). With ``remat``: the layer-boundary values the
-        backward or a layer's recomputation reads (a layer's input is kept for its recomputation), as
-        the runtime keeps them (:mod:`planmap.runtime.remat`)."""
+        consumes them (training only; zero in inference). A value follows its producer's choice: of a
+        checkpointed node (:attr:`remat_nodes`), the layer-boundary values the backward or a layer's
+        recomputation reads (a layer's input is kept for its recomputation), as the runtime keeps them
+        (:mod:`planmap.runtime.remat`); of any other, what the backward reads. So a stage's stash depends
+        on its own choice only."""
         g = self.graph
         out = np.zeros(g.num_nodes, np.int64)
         if self.mode == Mode.INFERENCE or not g.backward.any() or g.memory_model is MemoryModel.NODE_SIZES:
             return _ro(out)
         src = g.edge_src
         fw_src = (src >= 0) & ~g.backward[np.maximum(src, 0)]
-        if self.remat:  # what the backward and its recomputation read that the recomputation cannot rebuild:
-            again = layer_forward(g)  # values leaving a layer's forward, and the layers' inputs
-            vals = np.unique(g.edge_value[fw_src & (g.backward[g.edge_dst] | again[g.edge_dst])])
-            vals = vals[layer_boundary(g)[vals]]
-        else:
-            vals = np.unique(g.edge_value[fw_src & g.backward[g.edge_dst]])
+        mask = self.remat_nodes
+        read = g.backward[g.edge_dst]
+        if mask.any():  # what the backward and its recomputation read that the recomputation cannot rebuild:
+            read = read | (mask[np.maximum(src, 0)] & layer_forward(g)[g.edge_dst])  # a layer's input too
+        vals = np.unique(g.edge_value[fw_src & read])
+        if mask.any():  # a checkpointed producer keeps only the values leaving a layer's forward
+            vals = vals[~mask[g.value_node[vals]] | layer_boundary(g)[vals]]
         np.add.at(out, g.value_node[vals], g.value_bytes[vals])
         return _ro(out)
 

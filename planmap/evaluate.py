@@ -20,6 +20,9 @@ replicas — except kernel launches, which every replica pays in full (a replica
 beats its per-replica launch floor) — plus the gradient all-reduce among them in training, assumed
 not overlapped with the backward pass (added to the backward load). The objective is the largest
 load (or max forward load + max backward load).
+
+Activation checkpointing: a stage that states its choice (``Stage.remat``, ``remat: auto``) is charged
+with it (:func:`planmap.remat_stages.for_solution`), any other as the problem's cost model says.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 from planmap.crossings import crossings
 from planmap.evaluation import Evaluation, memory_violations
 from planmap.problem import Problem, Solution
+from planmap.remat_stages import for_solution
 from planmap.structure import flatten_groups as _flatten
 from planmap.structure import nonconvex_units, quotient_order
 from planmap.structure import placement_checks as _common_checks
@@ -93,6 +97,7 @@ def evaluate(problem: Problem, solution: Solution) -> Evaluation:
     if len(solution.assignment) != problem.graph.num_nodes:
         raise ValueError(f"evaluate requires an assignment of {problem.graph.num_nodes} nodes, "
                          f"but got {len(solution.assignment)}")
+    problem = for_solution(problem, solution)  # the stages' own activation-checkpointing choices
     if solution.shardings is not None and solution.num_stages > 1:
         from planmap.evaluate_stages import evaluate_stages, is_plain_pipeline
 

@@ -39,6 +39,7 @@ from planmap.graph import OpGraph
 from planmap.problem import Problem, Solution
 from planmap.program_memory import segment_bytes, stage_program_bytes, value_shards
 from planmap.remat import remat_ops
+from planmap.remat_stages import for_solution, node_mask
 from planmap.segments import stage_programs
 from planmap.units import format_bytes
 from planmap.vocabulary import Mode, ObjectiveKind
@@ -116,13 +117,14 @@ def stage_programs_bytes(problem: Problem, solution: Solution) -> list[dict[str,
     splits = value_shards(problem, solution)
     is_param = np.zeros(original.num_values, bool)
     is_param[original.param_values] = True
-    remat = problem.cost.remat and solution.shardings is None  # as the plan records it (planmap.plan.build)
+    remat = node_mask(problem, solution) if solution.shardings is None else None  # as the plan records it
     out = []
     for k, st in enumerate(solution.stages):
         split = splits[k]
         if split is None and solution.shardings is None and len(st.devices) > 1:
             split = np.where(is_param, 1.0, float(len(st.devices)))  # replicas split the microbatch
-        again = (remat_ops(g, original, np.flatnonzero(np.asarray(solution.assignment) == k)) if remat
+        mine = np.asarray(solution.assignment) == k
+        again = (remat_ops(g, original, np.flatnonzero(mine & remat)) if remat is not None
                  else np.zeros(0, np.int64))
         if len(again):
             out.append(_checkpointed_program(original, op_group, k, again, split))
@@ -179,7 +181,7 @@ def _stash(problem: Problem, solution: Solution, ev: Evaluation, k: int, in_flig
     if ev.spmd is not None:
         return float(ev.spmd.memory_parts["stash"])
     mine = np.asarray(solution.assignment) == k
-    return float(problem.cost.stash_bytes[mine].sum()) / len(solution.stages[k].devices)
+    return float(for_solution(problem, solution).cost.stash_bytes[mine].sum()) / len(solution.stages[k].devices)
 
 
 def peak_memory(problem: Problem, solution: Solution, ev: Evaluation, *,

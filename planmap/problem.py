@@ -91,10 +91,12 @@ class Certificate:
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage: the devices it runs on (several = replicated) and, for SPMD, its mesh axes."""
+    """A stage: the devices it runs on (several = replicated), for SPMD its mesh axes, and whether its
+    backward recomputes its layers' forward (``remat``; None: as the problem's cost model says)."""
 
     devices: tuple[int, ...]
     mesh_axes: tuple[tuple[str, int], ...] = ()
+    remat: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
@@ -256,6 +258,7 @@ class Problem:
     microbatch_choices: tuple[int, ...] = ()
     schedule_choices: tuple[Schedule, ...] = ()
     batch_size: int | None = None  # samples per microbatch (the artifact's data batch), when known
+    remat_choice: bool = False  # ``remat: auto``: activation checkpointing is a per-stage decision (Stage.remat)
     # Derived when omitted (the cost model's supported devices; the graph itself) and always set
     # after __post_init__: typed as stored, so readers need no None checks.
     allowed: np.ndarray = cast(np.ndarray, None)

@@ -104,9 +104,18 @@ def solve(problem: Problem, solver: str = "auto", options: SolveOptions | None =
 
     ``auto`` stops at the first answer with a proof (optimal, or within the gap); a heuristic answer
     (e.g. the DP exact within one host only) warm-starts the next candidate, and the best answer
-    under the evaluator wins. The time limit is for the whole chain.
+    under the evaluator wins. The time limit is for the whole chain. A problem whose stages choose
+    activation checkpointing (``remat: auto``) is solved by :func:`planmap.remat_choice.solve_choosing`.
     """
     options = options or SolveOptions()
+    if problem.remat_choice:
+        from planmap.remat_choice import solve_choosing
+
+        return solve_choosing(problem, solver, options, _solve)
+    return _solve(problem, solver, options)
+
+
+def _solve(problem: Problem, solver: str, options: SolveOptions) -> SolveResult:
     memory_precheck(problem)
     t0 = time.perf_counter()
     names = solver_choices(problem, solver)

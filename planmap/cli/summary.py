@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planmap.explain import STEP_DEFINITION, compact_devices, plan_title
+from planmap.remat_stages import stage_choices
 from planmap.vocabulary import ObjectiveKind
 
 __all__ = ["summary_data", "print_summary", "print_json", "LiveProgress"]
@@ -42,6 +43,7 @@ def summary_data(problem, solution, ev, doc, *, plan_path: Path | None, wall: fl
     topo, g = problem.topology, problem.graph
     throughput = problem.objective is ObjectiveKind.THROUGHPUT
     stages = []
+    again = stage_choices(problem, solution) if solution.shardings is None else [False] * solution.num_stages
     for k in (list(ev.stage_order) if throughput else range(solution.num_stages)):
         nodes = solution.assignment == k
         if not nodes.any():
@@ -52,7 +54,7 @@ def summary_data(problem, solution, ev, doc, *, plan_path: Path | None, wall: fl
                        "ops": int(sum(len(g.members_of(int(i))) for i in map(int, nodes.nonzero()[0]))),
                        "load_s": _finite(ev.load[st.device]), "memory_bytes": int(round(ev.memory[st.device])),
                        "capacity_bytes": int(cap) if math.isfinite(cap) else None,
-                       "memory": _stage_memory(ev, k)})
+                       "memory": _stage_memory(ev, k), "remat": again[k]})
     c = solution.certificate
     return {
         "name": problem.name, "objective": str(problem.objective), "kind": plan_title(doc),
@@ -64,7 +66,8 @@ def summary_data(problem, solution, ev, doc, *, plan_path: Path | None, wall: fl
         "certificate": {"status": str(c.status), "solver": c.solver, "backend": c.backend,
                         "bound_s": _finite(c.bound), "gap": c.gap, "message": c.message},
         "wall_time_s": wall, "auto": [{"solver": n, "why": w} for n, w in tried],
-        "remat": {"on": bool(problem.cost.remat), "chosen": "remat" in c.options},
+        "remat": {"on": any(again), "chosen": "remat" in c.options,
+                  "stages": [s["stage"] for s in stages if s["remat"]]},
     }
 
 
@@ -97,6 +100,22 @@ def _memory_lines(out: Console, stages: list[dict[str, Any]]) -> None:
                   f"({m['in_flight']} microbatch(es) in flight); solver's linear terms {b(m['linear_bytes'])}")
 
 
+def _remat_line(out: Console, data: dict[str, Any]) -> None:
+    """Which stages recompute their layers' forward in their backward (activation checkpointing)."""
+    remat = data.get("remat") or {}
+    if not (remat.get("on") or remat.get("chosen")):
+        return
+    how = "chosen per stage by the planner (remat: auto)" if remat.get("chosen") else "set by the spec"
+    ids, total = remat.get("stages", []), len(data["stages"])
+    if not remat.get("on"):
+        out.print(f"activation checkpointing: off ({how})")
+    elif len(ids) == total:
+        out.print(f"activation checkpointing: on ({how}); each stage's backward runs its layers' forward again")
+    else:
+        out.print(f"activation checkpointing: stage(s) {', '.join(map(str, ids))} of {total} ({how}); their backward "
+                  "runs their layers' forward again, the other stages keep their activations")
+
+
 def print_json(out: Console, data: dict[str, Any]) -> None:
     out.print_json(json.dumps(data), indent=2, highlight=False)
 
@@ -120,11 +139,7 @@ def print_summary(out: Console, data: dict[str, Any]) -> None:
     else:
         out.print(f"predicted time per microbatch (bottleneck): [bold]{_fmt_t(p['objective_s'])}[/], "
                   f"step {_fmt_t(p['step_time_s'])} for {p['microbatches']} microbatch(es) ({p['step_definition']})")
-    remat = data.get("remat") or {}
-    if remat.get("on") or remat.get("chosen"):
-        how = "chosen by the planner (remat: auto)" if remat.get("chosen") else "set by the spec"
-        out.print(f"activation checkpointing: {'on' if remat.get('on') else 'off'} ({how})" + (
-            "; each stage's backward runs its layers' forward again" if remat.get("on") else ""))
+    _remat_line(out, data)
     bound = f", bound {_fmt_t(c['bound_s'])}" if c["bound_s"] is not None else ""
     gap = f", gap {c['gap']:.2%}" if c["gap"] is not None else ""
     wall = "not recorded in the plan" if data["wall_time_s"] is None else f"{data['wall_time_s']:.2f}s"

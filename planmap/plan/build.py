@@ -40,6 +40,7 @@ from planmap.plan.document import (
 )
 from planmap.problem import Certificate, Problem, Shardings, Solution, Stage, Status
 from planmap.remat import remat_ops
+from planmap.remat_stages import node_mask
 from planmap.vocabulary import ObjectiveKind
 
 __all__ = ["make_plan", "to_solution", "document", "plan_input", "stage_mesh", "shardings_doc", "op_ranges",
@@ -176,7 +177,7 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
     throughput = problem.objective is ObjectiveKind.THROUGHPUT
     order = list(evaluation.stage_order) if throughput else list(range(solution.num_stages))
     stages: list[StageDoc] = []
-    remat = problem.cost.remat and solution.shardings is None  # the SPMD cost model ignores remat
+    remat = node_mask(problem, solution) if solution.shardings is None else None  # SPMD ignores remat
     for k in order:
         nodes = np.flatnonzero(solution.assignment == k)
         if len(nodes) == 0:
@@ -186,7 +187,8 @@ def make_plan(problem: Problem, solution: Solution, evaluation: Evaluation, *, s
         mesh = stage_mesh(st.mesh_axes or ([("data", st.replicas)] if st.replicas > 1 else []))
         stages.append(StageDoc(id=len(stages), devices=[topo.names[d] for d in st.devices],
                                ops=op_ranges(members), mesh=mesh, layers=_layer_names(problem, nodes),
-                               remat=op_ranges(remat_ops(g, problem.original, nodes)) if remat else []))
+                               remat=[] if remat is None else op_ranges(remat_ops(g, problem.original,
+                                                                                  nodes[remat[nodes]]))))
     sh = solution.shardings
     if sh is not None and solution.num_stages == 1:
         # an SPMD plan's mesh is its one stage's devices in row-major mesh order
@@ -244,7 +246,7 @@ def to_solution(problem: Problem, doc: PlanDocument) -> Solution:
         if len(set(devs)) != len(devs):
             raise InputError(f"plan stage {st.id} lists a device twice ({', '.join(st.devices)})", code="plan-decision")
         axes = tuple(zip(st.mesh.axis_names, st.mesh.axis_sizes, strict=True)) if st.mesh else ()
-        stages.append(Stage(devs, axes))
+        stages.append(Stage(devs, axes, remat=bool(st.remat) if problem.remat_choice else None))
     covered = g.members[stage_of_op[g.members] >= 0]
     if len(covered) != len(g.members):
         missing = int(g.members[stage_of_op[g.members] < 0][0])

@@ -314,7 +314,7 @@ def _resolve(report: CheckReport, plan, spec, problem, doc: PlanDocument) -> Non
     opts = SolveOptions.from_spec(s, **recorded)
     result = solve(problem, s.name, opts)
     sol = result.solution
-    if "remat" in o:  # remat: auto solved both ways; the plan's choice is its problem
+    if "remat" in o:  # remat: auto: per stage (the solve records it), or in older plans one choice, its problem
         options = {**sol.certificate.options, "remat": o["remat"]}
         sol = replace(sol, certificate=replace(sol.certificate, options=options))
     fresh = make_plan(result.problem, sol, result.evaluation, spec=spec, plan_path=plan.path)

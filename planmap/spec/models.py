@@ -508,8 +508,8 @@ class Constraints(_Model):
     remat: bool | Literal["auto"] = Field(
         default=False, description="Activation checkpointing (training): keep only the activations that leave "
         "each repeated layer, and run the layer's forward again in its backward (its forward nodes cost twice). "
-        "Layers come from the model's repeated structure. auto: the planner solves with and without it and "
-        "keeps the faster plan that fits memory (one choice per plan, recorded in the plan).")
+        "Layers come from the model's repeated structure. auto: the planner decides per stage: a stage recomputes "
+        "only where it does not fit memory without (recorded in the plan's stages).")
     schedule: Schedule = Field(default=Schedule.AUTO, description="Pipeline schedule: gpipe, 1f1b or auto "
                                "(the planner chooses: 1f1b in training, where it dominates gpipe — the same step "
                                "time, less memory; gpipe in inference, where the two are the same plan).")

@@ -27,11 +27,13 @@ def profiled_graph(
     backward: Sequence[bool] | np.ndarray | None = None,
     name: str = "synthetic",
     out_bytes: Sequence[int] | int = 0,
+    layer: Sequence[int] | np.ndarray | None = None,
 ) -> OpGraph:
     """A profiled OpGraph: times in seconds per node (NaN in ``acc`` = not supported there), ``comm``
     the transfer time of each node's output, ``size`` bytes resident wherever the node runs.
 
-    ``edges`` must go from lower to higher node ids (topological numbering).
+    ``edges`` must go from lower to higher node ids (topological numbering); ``layer``: repeated-layer id
+    per node (-1: none), what activation checkpointing recomputes.
     """
     n = len(cpu)
     e = np.asarray(list(edges), np.int64).reshape(-1, 2)
@@ -56,6 +58,7 @@ def profiled_graph(
         measured={"cpu": np.asarray(cpu, float), "accelerator": np.asarray(acc, float)},
         colocation=None if colocation is None else np.asarray(colocation),
         backward=None if backward is None else np.asarray(backward, bool),
+        layer=None if layer is None else np.asarray(layer),
     )
 
 

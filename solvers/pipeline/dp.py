@@ -21,6 +21,13 @@ lower bound, a pass at or above the optimum returns the optimum, and one that fi
 proves its threshold a lower bound (reported if the time limit stops the DP). Graphs with more ideals
 than ``max_ideals`` (solver option, default 250,000) are refused with a message, so ``solver: auto`` moves on.
 
+With ``remat: auto`` (``Problem.remat_choice``) each stage also chooses activation checkpointing: for a
+fixed split a stage's memory depends on its own choice only and recomputing never makes it faster, so a
+stage's cost is its plain cost where that fits the devices' memory, else its checkpointed cost where that
+fits, else none (:mod:`planmap.remat_stages`); the DP is then exact over splits x per-stage choices, and
+the certificate says so. The choice is read back from the final split by the same rule
+(:func:`planmap.remat_choice.relax`).
+
 Before the enumeration, lossless reductions shrink the unit graph (:mod:`.reductions`: colour classes
 contracted, zero-cost leaves merged into their one neighbour); the certificate says how many units
 they merged.
@@ -35,10 +42,14 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
+from typing import Any
 
 from planmap.errors import InfeasibleError, PlanmapError
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, SolveOptions, Status
+from planmap.remat_choice import relax
+from planmap.remat_stages import PER_STAGE
 from planmap.vocabulary import ObjectiveKind
 
 from .engine import DPTimeout, to_solution
@@ -47,7 +58,7 @@ from .stage_units import NonUniformCharges
 
 __all__ = ["ThroughputDP", "PreparedDP", "prepare", "incumbents", "threshold_ladder"]
 
-VERSION = "1"
+VERSION = "2"  # 2: remat: auto chosen per stage inside the stage cost
 DEFAULT_LADDER = (0.3, 0.6)
 
 
@@ -63,8 +74,6 @@ def threshold_ladder(lb: float, ub: float, fractions=DEFAULT_LADDER) -> list[flo
 
 def incumbents(problem: Problem, options: SolveOptions) -> list[tuple[float, str, Solution]]:
     """Feasible plans to bound the search: the warm start and cheap baselines, best first."""
-    from dataclasses import replace
-
     from ..heuristics.even import EvenSplit
     from .pipedream import PipeDream
 
@@ -107,8 +116,6 @@ class ThroughputDP:
         """Charges differ between hosts (NVLink inside, a network between): solve exactly within each
         host — where they are uniform — and keep the best. Not a proof for the whole cluster, so the
         answer is a heuristic; ``solver: auto`` goes on to methods that model every link."""
-        from dataclasses import replace
-
         topo = problem.topology
         best: tuple[float, int, Solution] | None = None
         hosts = sorted({int(h) for h in topo.device_host[problem.allowed.any(axis=0)]})
@@ -147,7 +154,8 @@ class ThroughputDP:
         thresholds = threshold_ladder(lb, ub, pt.get("ladder", DEFAULT_LADDER))
         proven = lb
         pairs = 0
-        opts = {"max_ideals": int(pt.get("max_ideals", DEFAULT_MAX_IDEALS)), "time_limit": options.time_limit}
+        opts: dict[str, Any] = {"max_ideals": int(pt.get("max_ideals", DEFAULT_MAX_IDEALS)),
+                                "time_limit": options.time_limit}
         for T in thresholds:
             self._progress(options, t0, ub, proven, f"DP over {prep.num_ideals:,} ideals, threshold {T:.6g}")
             try:
@@ -173,10 +181,16 @@ class ThroughputDP:
                     msg += f"; {prep.merged} zero-cost leaf unit(s) merged into their neighbour first (lossless)"
                 if not problem.contiguous:
                     msg += "; optimal among contiguous plans only (non-contiguous plans may be better)"
+                if problem.remat_choice:
+                    msg += ("; over splits x activation checkpointing per stage (each stage recomputes its layers' "
+                            "forward only where it does not fit without)")
+                    opts = {**opts, "remat": PER_STAGE}
                 cert = Certificate(status, self.name, objective=res.value,
                                    bound=res.value if problem.contiguous else None, version=VERSION,
                                    message=msg, options=opts, wall_time=time.perf_counter() - t0)
                 sol = to_solution(problem, prep.unit_of, prep.bits, prep.classes, res, cert)
+                if problem.remat_choice:  # the choice the DP made per stage, read back from the split
+                    sol = relax(problem, replace(sol, stages=tuple(replace(st, remat=True) for st in sol.stages)))
                 self._progress(options, t0, res.value, res.value, "DP done")
                 return sol
             proven = max(proven, T)

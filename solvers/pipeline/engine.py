@@ -17,6 +17,10 @@ pipeline-schedule memory, the max-forward + max-backward objective (a Pareto set
 * a stage costing more than ``T`` or exceeding the device's memory is never formed;
 * a state is dropped when the units left cannot fit on the devices left at ``T`` each.
 
+``remat: auto``: a stage's cost is its plain one where that fits the state's in-flight memory, else its
+checkpointed one (:meth:`PipelineDP._choose`); the pruning keys use the plain (smaller) compute, so they
+stay valid.
+
 With ``T >=`` the optimum the result is exact; with ``T <`` the optimum the DP finds nothing,
 which proves ``T`` is a lower bound.
 """
@@ -136,6 +140,17 @@ class PipelineDP:
                 out.append(pc.mem[None, :] + pc.stash[None, :] * self.infl_values[:, None] <= cap * (1 + 1e-12))
         return out
 
+    def _choose(self, pc, t: int, r: int, fits, fits_r, infl: np.ndarray, rows: np.ndarray):
+        """``remat: auto``: per candidate ``rows`` (m') and in-flight index ``infl`` (s), the stage's forward load
+        (s, m') — without recomputation where that fits, else with it where that fits, else inf (for a fixed
+        split a stage's memory depends on its own choice only, and recomputing never makes it faster, so this
+        is the best choice) — and whether it fits either way."""
+        fw = self._loads(pc, t, r)[0][rows]
+        fw_r = self._loads(pc.remat, t, r)[0][rows]
+        plain = fits[t][infl][:, rows]
+        again = fits_r[t][infl][:, rows]
+        return np.where(plain, fw[None, :], np.where(again, fw_r[None, :], np.inf)), plain | again
+
     def ws_rule(self) -> tuple[float, float, float, float]:
         caps = self.classes.capacity[np.isfinite(self.classes.capacity)]
         if not len(caps):
@@ -192,7 +207,8 @@ class PipelineDP:
             if not len(cand):
                 continue
             pc = self.costs.pairs(i, cand, rule)
-            yield i, targets, trans, cand, pc, self._fit_rows(pc)
+            fits_r = None if pc.remat is None else self._fit_rows(pc.remat)
+            yield i, targets, trans, cand, pc, (self._fit_rows(pc), fits_r)
 
     def run(self, threshold: float, variant: str = "max-load", deadline: float | None = None,
             progress=None) -> DPResult:
@@ -208,7 +224,7 @@ class PipelineDP:
         full = N - 1
         pairs = 0
         finite = np.isfinite(threshold)
-        for i, targets, trans, cand, pc, fits in self._stage_ends(threshold, deadline, alive):
+        for i, targets, trans, cand, pc, (fits, fits_r) in self._stage_ends(threshold, deadline, alive):
             pairs += len(cand)
             F = f[cand]
             best = f[i]
@@ -219,9 +235,13 @@ class PipelineDP:
                 use = np.flatnonzero(load <= threshold)
                 if not len(use):
                     continue
-                vals = np.maximum(F[use][:, a], load[use][:, None])
-                if fits[t] is not None:
-                    vals[~fits[t][self.infl_index[a]][:, use].T] = np.inf
+                if fits_r is not None and fits[t] is not None:  # remat: auto: the stage's best choice per state
+                    fw_c, _ = self._choose(pc, t, r, fits, fits_r, self.infl_index[a], use)
+                    vals = np.maximum(F[use][:, a], (fw_c + bw[use][None, :]).T)
+                else:
+                    vals = np.maximum(F[use][:, a], load[use][:, None])
+                    if fits[t] is not None:
+                        vals[~fits[t][self.infl_index[a]][:, use].T] = np.inf
                 arg = np.argmin(vals, axis=0)
                 v = vals[arg, np.arange(len(a))]
                 better = v < best[b]
@@ -262,16 +282,22 @@ class PipelineDP:
         count[0, 0] = 1
         pairs = 0
         finite = np.isfinite(threshold)
-        for i, _, trans, cand, pc, fits in self._stage_ends(threshold, deadline, count):
+        for i, _, trans, cand, pc, (fits, fits_r) in self._stage_ends(threshold, deadline, count):
             pairs += len(cand)
             parts = []
+            every = np.arange(len(cand))
             for k, t, r, a, b in trans:
-                fw, bw = self._loads(pc, t, r)
-                use = fw + bw <= threshold
+                fw0, bw = self._loads(pc, t, r)
+                use = fw0 + bw <= threshold
                 if not use.any():
                     continue
                 for sa, sb in zip(a.tolist(), b.tolist(), strict=True):
-                    ok = use if fits[t] is None else use & fits[t][self.infl_index[sa]]
+                    fw = fw0
+                    if fits_r is not None and fits[t] is not None:  # remat: auto (see _choose)
+                        fw_c, fit = self._choose(pc, t, r, fits, fits_r, self.infl_index[[sa]], every)
+                        fw, ok = fw_c[0], use & fit[0]
+                    else:
+                        ok = use if fits[t] is None else use & fits[t][self.infl_index[sa]]
                     js = np.flatnonzero(ok)
                     c = count[cand[js], sa]
                     n = int(c.sum())

@@ -14,8 +14,9 @@ Two reductions come before the enumeration:
 Why merging a free leaf ``a`` into its neighbour ``b`` loses no optimum. Conditions: every node-level
 edge that touches a node of ``a`` joins it to a node of ``b`` (and none reads an entry argument);
 ``a`` costs nothing on every device ``b`` may use (compute zero there, ``a`` allowed there); ``a``
-holds no state, no stash, no parameter, and its largest working set is at most ``b``'s. Take any
-feasible contiguous plan and move ``a`` to ``b``'s stage:
+holds no state, no stash (whether or not its stage recomputes, under ``remat: auto``), no parameter,
+and its largest working set is at most ``b``'s. Take any feasible contiguous plan and move ``a`` to
+``b``'s stage:
 
 1. *Contiguity.* ``a``'s only neighbour is ``b``, so ``a`` is a source or a sink of the contiguity
    graph. Removing a source or sink from a convex set keeps it convex (no path passes through it);
@@ -42,7 +43,7 @@ import numpy as np
 from planmap.graph import topological_order
 from planmap.problem import Problem
 
-from .stage_units import Units, unit_memory
+from .stage_units import Units, remat_problem, unit_memory
 
 __all__ = ["merge_free_leaves"]
 
@@ -55,6 +56,8 @@ def _free_units(problem: Problem, units: Units) -> np.ndarray:
     busy = np.zeros(U, bool)
     np.logical_or.at(busy, uo, compute.max(axis=1) > 0)
     state, stash, _ = unit_memory(problem, uo, U)
+    if problem.remat_choice:  # free whether or not its stage recomputes (planmap.remat_stages)
+        stash = stash + unit_memory(remat_problem(problem), uo, U)[1]
     reads_arg = np.zeros(U, bool)
     np.logical_or.at(reads_arg, uo[g.edge_dst], g.edge_src < 0)
     return ~busy & (state == 0) & (stash == 0) & ~reads_arg

@@ -19,7 +19,9 @@ query on ideals re-encoded in descending working-set order).
 The charges are exactly those of :func:`planmap.evaluate.evaluate`: receive once per value per
 stage, send once per value at the (class-determined) charge, forward/backward split by the
 producer, parameters counted once per stage, memory = parameters x factor + state + stash x
-in-flight microbatches + the largest working set.
+in-flight microbatches + the largest working set. With ``remat: auto`` a second set of prefix sums
+holds the forward time, its launches and the stash of the same units recomputing their layers'
+forward (``PairCosts.remat``); the rest of a stage's cost does not depend on the choice.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from planmap.crossings import crossings
 from planmap.problem import Problem
 
 from .ideals import member, pack, unpack
-from .stage_units import DeviceClasses, unit_memory
+from .stage_units import DeviceClasses, remat_problem, unit_memory
 
 __all__ = ["StageCosts", "PairCosts"]
 
@@ -44,7 +46,9 @@ class PairCosts:
     """Per candidate pair: ``fw``/``bw`` (m, T) seconds on one device of each class, ``ok`` (m, T)
     every node supported there, ``mem`` bytes without the stash, ``stash`` bytes per in-flight
     microbatch, ``grad`` distinct parameter bytes (for the all-reduce of replicated stages);
-    ``launch_fw``/``launch_bw`` (m, T) the kernel-launch part of ``fw``/``bw`` (replicas do not share it)."""
+    ``launch_fw``/``launch_bw`` (m, T) the kernel-launch part of ``fw``/``bw`` (replicas do not share it);
+    ``remat`` the same stage recomputing its layers' forward (``remat: auto``: its ``fw``, ``stash`` and
+    ``launch_fw`` differ, the rest is shared), None when the problem has no such choice."""
 
     fw: np.ndarray
     bw: np.ndarray
@@ -54,6 +58,7 @@ class PairCosts:
     grad: np.ndarray
     launch_fw: np.ndarray
     launch_bw: np.ndarray
+    remat: PairCosts | None = None
 
 
 def _csr_lists(keys: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,19 +79,21 @@ class StageCosts:
         uo = np.asarray(unit_of, np.int64)
         # ---- per-unit additive terms
         reps = [d[0] for d in classes.devices]
-        times = cost.device_compute[:, reps]
-        ok_node = classes.allowed & np.isfinite(times)
-        times = np.where(ok_node, times, 0.0)
-        launch = np.where(ok_node, cost.device_launch[:, reps], 0.0)
+        ok_node = classes.allowed & np.isfinite(cost.device_compute[:, reps])
         back = g.backward
-        unit_f, unit_b, unit_lf, unit_lb = (np.zeros((U, T)) for _ in range(4))
-        np.add.at(unit_lf, uo[~back], launch[~back])
-        np.add.at(unit_lb, uo[back], launch[back])
+        unit_f, unit_lf = self._forward(cost, uo, U, reps, ok_node)
+        unit_b, unit_lb = (np.zeros((U, T)) for _ in range(2))
+        np.add.at(unit_lb, uo[back], np.where(ok_node, cost.device_launch[:, reps], 0.0)[back])
         bad = np.zeros((U, T))
-        np.add.at(unit_f, uo[~back], times[~back])
-        np.add.at(unit_b, uo[back], times[back])
+        np.add.at(unit_b, uo[back], np.where(ok_node, cost.device_compute[:, reps], 0.0)[back])
         np.add.at(bad, uo, (~ok_node).astype(float))
         state, stash, ws = unit_memory(problem, uo, U)
+        # remat: auto: the same additive terms with the stage recomputing (forward time and stash differ)
+        self.has_remat = problem.remat_choice
+        if self.has_remat:
+            again = remat_problem(problem)
+            unit_fr, unit_lfr = self._forward(again.cost, uo, U, reps, ok_node)
+            stash_r = unit_memory(again, uo, U)[1]
         self.unit_total = unit_f + unit_b
         self.unit_bad = bad > 0
         # ---- parameters: single-unit ones are additive, shared ones are frontier terms
@@ -129,6 +136,8 @@ class StageCosts:
         self.STATE = np.empty(N)
         self.STASH = np.empty(N)
         self.P1 = np.empty(N)
+        if self.has_remat:
+            self.CF_R, self.LF_R, self.STASH_R = np.empty((N, T)), np.empty((N, T)), np.empty(N)
         self.BJ = np.empty((N, 2 * T))
         self.PTOUCH = np.zeros(N)
         self.PFULL = np.zeros(N)
@@ -152,6 +161,8 @@ class StageCosts:
             self.STATE[lo:hi] = mf @ state
             self.STASH[lo:hi] = mf @ stash
             self.P1[lo:hi] = mf @ single
+            if self.has_remat:
+                self.CF_R[lo:hi], self.LF_R[lo:hi], self.STASH_R[lo:hi] = mf @ unit_fr, mf @ unit_lfr, mf @ stash_r
             self.rank_bits[lo:hi] = pack(m[:, self.rank_order])
             if H:
                 cnt = np.zeros((hi - lo, H), np.int64)  # consuming units of each value inside the ideal
@@ -181,6 +192,15 @@ class StageCosts:
         self.cutp_ptr, self.cutp_k = _csr_lists(cat(cutp_rows), cat(cutp_cols), N)
         self.multi_users = multi_users
         self.multi_bytes = np.asarray(multi_bytes)
+
+    @staticmethod
+    def _forward(cost, uo: np.ndarray, U: int, reps: list, ok_node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(U, T) forward seconds and their kernel-launch part per unit, on one device of each class."""
+        fwd = ~cost.graph.backward
+        f, lf = np.zeros((U, len(reps))), np.zeros((U, len(reps)))
+        np.add.at(f, uo[fwd], np.where(ok_node, cost.device_compute[:, reps], 0.0)[fwd])
+        np.add.at(lf, uo[fwd], np.where(ok_node, cost.device_launch[:, reps], 0.0)[fwd])
+        return f, lf
 
     # ------------------------------------------------------------------------------------------
     def pairs(self, i: int, js: np.ndarray, ws_rule: tuple[float, float, float, float] | None = None) -> PairCosts:
@@ -229,14 +249,21 @@ class StageCosts:
                 params -= self.multi_bytes[k] * member(bits, js, inside_i).all(1)
         mem = self.factor * params + (self.STATE[i] - self.STATE[js])
         stash = self.STASH[i] - self.STASH[js]
+        stash_r = self.STASH_R[i] - self.STASH_R[js] if self.has_remat else stash
         if ws_rule is None:
             mem = mem + self._max_ws(i, js)
         elif len(self.ws_sorted):
             cap_lo, cap_hi, f_lo, f_hi = ws_rule
-            need = (mem + stash * f_hi + self.ws_sorted[0] > cap_lo) & (mem + stash * f_lo <= cap_hi)
+            hi, lo = (np.maximum(stash, stash_r), np.minimum(stash, stash_r)) if self.has_remat else (stash, stash)
+            need = (mem + hi * f_hi + self.ws_sorted[0] > cap_lo) & (mem + lo * f_lo <= cap_hi)
             if need.any():
                 mem[need] += self._max_ws(i, js[need])
-        return PairCosts(fw, bw, ok, mem, stash, params, self.LF[i] - self.LF[js], self.LB[i] - self.LB[js])
+        lb = self.LB[i] - self.LB[js]
+        again = None
+        if self.has_remat:
+            fw_r = self.CF_R[i] - self.CF_R[js] + comm[:, 0::2]
+            again = PairCosts(fw_r, bw, ok, mem, stash_r, params, self.LF_R[i] - self.LF_R[js], lb)
+        return PairCosts(fw, bw, ok, mem, stash, params, self.LF[i] - self.LF[js], lb, again)
 
     def _max_ws(self, i: int, js: np.ndarray) -> np.ndarray:
         """Largest working set among the units of ``I \\ J``: the first set bit of the ws-ranked difference."""

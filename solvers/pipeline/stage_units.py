@@ -22,7 +22,7 @@ and on single-host clusters without CPUs in the plan; :func:`device_classes` say
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from planmap.graph import topological_order
 from planmap.problem import Problem
 from planmap.vocabulary import Mode
 
-__all__ = ["Units", "DeviceClasses", "build_units", "unit_memory", "strong_components",
+__all__ = ["Units", "DeviceClasses", "build_units", "unit_memory", "remat_problem", "strong_components",
            "device_classes", "allreduce_times"]
 
 
@@ -111,6 +111,11 @@ def strong_components(k: int, ea: np.ndarray, eb: np.ndarray) -> tuple[int, np.n
     graph = coo_matrix((np.ones(len(ea)), (ea, eb)), shape=(k, k)).tocsr()
     ncomp, comp = connected_components(graph, directed=True, connection="strong")
     return int(ncomp), comp
+
+
+def remat_problem(problem: Problem) -> Problem:
+    """``problem`` with every stage recomputing its layers' forward (the other choice of ``remat: auto``)."""
+    return replace(problem, cost=problem.cost.with_remat(True), remat_choice=False)
 
 
 def unit_memory(problem: Problem, unit_of: np.ndarray, num_units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

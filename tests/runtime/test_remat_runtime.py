@@ -57,6 +57,16 @@ def export_residual_mlp(path: Path, layers: int = 4, d: int = 64, hidden: int = 
     return export.jax(jax.value_and_grad(loss), params, data, data, path=path)
 
 
+def small_cluster_spec(model: Path, memory: str, remat: str, microbatches: int = 4) -> Path:
+    """A spec of ``model`` on 8 H100s cut down to ``memory`` each (next to the model)."""
+    cluster = model.parent / f"h100-{memory}.yaml"
+    cluster.write_text((ROOT / "specs" / "clusters" / "h100-1x8.yaml").read_text().replace("memory: 80GiB",
+                                                                                             f"memory: {memory}"))
+    path = model.parent / f"remat-{remat}-{memory}.yaml"
+    path.write_text(SPEC.format(model=model, cluster=cluster, remat=remat, microbatches=microbatches))
+    return path
+
+
 def _problem(tmp: Path, model: Path, remat: bool):
     from planmap.assemble import build_problem
     from planmap.spec import load_spec
@@ -139,3 +149,51 @@ def test_runtime_stash_is_the_cost_models(runs):
             predicted = predicted[~same_call]
         assert exe.stash_bytes[pos] == int(predicted.sum()) > 0, pos
     assert sum(exe.stash_bytes.values()) < sum(runs[False][4].stash_bytes.values())
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """``remat: auto`` on 7 MiB devices: the first stage (two microbatches in flight) recomputes, the last
+    does not; the plan compiled for 8 fake CPU devices and one step run."""
+    from planmap.api import plan
+    from planmap.runtime.artifact import Artifact
+    from planmap.runtime.executable import Executable
+    from planmap.runtime.inputs import random_inputs
+
+    model = export_residual_mlp(tmp_path_factory.mktemp("remat-mixed") / "resmlp.mlir", batch=256)
+    p = plan(small_cluster_spec(model, "7MiB", "auto"))
+    exe = Executable(p.document, Artifact.from_file(model))
+    args = random_inputs(exe, 0)
+    return p, exe, args, exe(*args)
+
+
+def test_mixed_plan_runs_as_one_device(mixed):
+    from planmap.runtime.verify import compare, reference_outputs
+
+    p, exe, args, outs = mixed
+    assert [bool(st.remat) for st in p.document.stages] == [True, False]
+    devices = {s.stage: frozenset(map(str, s.mesh.mesh.devices.flat)) for s in exe.segments}
+    assert len(devices) == 2 and not devices[0] & devices[1]  # two stages on two of the 8 fake CPU devices
+    errs = compare(exe, outs, reference_outputs(exe, args))
+    assert all(e.ok for e in errs), errs
+
+
+def test_mixed_plan_stash_is_the_cost_models(mixed):
+    """The checkpointed first stage keeps per microbatch the cost model's stash for its choice (the layer-boundary
+    values), less than it would keep without. The model charges a value to its producer; the activation the
+    first stage sends on is kept by the plain last stage, which runs its forward, loss and backward as one call:
+    there it is that call's input, so the runtime keeps nothing between calls of the last stage."""
+    from planmap.remat_stages import for_solution
+
+    p, exe, *_ = mixed
+    res = p.result
+    problem, solution = for_solution(res.problem, res.solution), res.solution
+    g = problem.graph
+    first = np.asarray(solution.assignment) == list(res.evaluation.stage_order)[0]
+    src = np.maximum(g.edge_src, 0)
+    sent = np.unique(g.edge_value[(g.edge_src >= 0) & first[src] & ~g.backward[src] & ~first[g.edge_dst]])
+    stash = problem.cost.stash_bytes
+    assert stash[g.value_node[sent]].sum() == g.value_bytes[sent].sum() > 0  # charged to the first stage
+    assert exe.stash_bytes[0] == int(stash[first].sum() - g.value_bytes[sent].sum()) > 0
+    assert stash[first].sum() < problem.cost.with_remat(False).stash_bytes[first].sum()
+    assert exe.stash_bytes[1] == 0 and len([s for s in exe.segments if s.stage == 1]) == 1

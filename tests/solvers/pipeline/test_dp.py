@@ -391,3 +391,70 @@ def test_pipedream_is_feasible_and_never_beats_the_dp(seed):
     ev = evaluate(p, sol)
     assert ev.feasible and sol.certificate.objective == pytest.approx(ev.objective, rel=1e-6)
     assert ev.objective >= ev_dp.objective * (1 - 1e-9)
+
+
+def layered_training(n: int, seed: int, per_layer: int = 2):
+    """A training graph like :func:`with_backward_twins` whose forward nodes form repeated layers of
+    ``per_layer`` nodes (what activation checkpointing recomputes) and whose activations outweigh the state."""
+    rng = np.random.default_rng(seed)
+    edges = [(i, j) for j in range(1, n) for i in range(j) if rng.random() < 0.5]
+    acc = rng.lognormal(0, 0.6, n)
+    cpu = acc * rng.lognormal(np.log(6), 0.4, n)
+    comm = rng.lognormal(np.log(0.3), 0.5, n)
+    size = rng.lognormal(0, 0.5, n) * 1e5
+    out = (rng.lognormal(0, 0.5, n) * 1e6).astype(np.int64)
+    N = 2 * n
+    back_edges = [(N - 1 - v, N - 1 - u) for u, v in edges] + [(i, N - 1 - i) for i in range(n)]
+    mirror = lambda a, r=1.0: np.concatenate([a, a[::-1] * r])  # noqa: E731
+    return profiled_graph(sorted(set(edges + back_edges)), mirror(cpu, 2), mirror(acc, 2), mirror(comm),
+                          size=np.concatenate([size, np.zeros(n)]), out_bytes=mirror(out).astype(np.int64),
+                          colocation=np.concatenate([np.arange(n), np.arange(n)[::-1]]),
+                          backward=np.concatenate([np.zeros(n, bool), np.ones(n, bool)]),
+                          layer=np.concatenate([np.arange(n) // per_layer, np.full(n, -1)]))
+
+
+def evaluate_all_choices(p: Problem) -> float:
+    """Exhaustive through evaluate: every assignment of forward nodes to single devices, every order of the
+    stages and every activation-checkpointing choice per stage."""
+    g = p.graph
+    fwd = np.flatnonzero(~g.backward)
+    best = math.inf
+    for assign in itertools.product(range(p.num_devices), repeat=len(fwd)):
+        grp = np.zeros(g.num_nodes, np.int64)
+        grp[fwd] = assign
+        for i in np.flatnonzero(g.backward):
+            grp[i] = grp[fwd[g.colocation[fwd] == g.colocation[i]][0]]
+        used = sorted(set(grp.tolist()))
+        for order in itertools.permutations(used):
+            pos = {k: j for j, k in enumerate(order)}
+            for choice in itertools.product((False, True), repeat=len(used)):
+                sol = Solution(np.array([pos[k] for k in grp]),
+                               tuple(Stage((k,), remat=c) for k, c in zip(order, choice, strict=True)),
+                               Certificate(Status.HEURISTIC, "reference"), schedule=p.schedule,
+                               microbatches=p.microbatches)
+                ev = evaluate(p, sol)
+                if ev.feasible:
+                    best = min(best, ev.objective)
+    return best
+
+
+@pytest.mark.parametrize("seed,share,variant", [(0, 0.6, "max-load"), (2, 0.4, "max-fw-plus-max-bw")])
+def test_remat_choice_per_stage_matches_exhaustive(seed, share, variant):
+    """``remat: auto``: the DP is exact over splits x per-stage checkpointing, and here strictly better than
+    both the best plan without checkpointing and the best with it on every stage."""
+    from dataclasses import replace
+
+    g = layered_training(4, seed)
+    kw = dict(mode="training", microbatches=3, schedule="1f1b", variant=variant)
+    free = Problem.from_graph(g, paper_topology(2, memory=1e15), **kw)
+    whole = Solution(np.zeros(g.num_nodes, np.int32), (Stage((1,)),), Certificate(Status.HEURISTIC, "one"),
+                     schedule="1f1b", microbatches=3)
+    p = Problem.from_graph(g, paper_topology(2, memory=share * evaluate(free, whole).memory[1]), remat_choice=True,
+                           **kw)
+    sol, ev = solve_dp(p)
+    assert ev.objective == pytest.approx(evaluate_all_choices(p), rel=REL)
+    assert sol.certificate.status == Status.OPTIMAL and sol.certificate.options["remat"] == "per-stage"
+    assert {st.remat for st in sol.stages} == {False, True}  # a mixed plan
+    _, plain = solve_dp(replace(p, remat_choice=False))
+    _, every = solve_dp(replace(p, remat_choice=False, cost=p.cost.with_remat(True)))
+    assert ev.objective < min(plain.objective, every.objective) * 0.999
