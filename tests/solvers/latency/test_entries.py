@@ -1,0 +1,90 @@
+"""Entry charges of the call bound (solvers/latency/entries.py): with a call paying for every outside producer
+of what it holds, the call finish bound still never exceeds the finish of that node's call in any feasible
+placement of small graphs (exhaustive, under ``evaluate``), never passes the optimum, and rises where a call
+takes in several values at once."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyomo")
+pytest.importorskip("highspy")
+
+from planmap.evaluate import evaluate  # noqa: E402
+from planmap.solvers.latency.calls import call_bound, call_bounds  # noqa: E402
+from planmap.solvers.latency.data import _own_bytes, prepare  # noqa: E402
+from planmap.workloads.graphs import paper_topology, profiled_graph  # noqa: E402
+from tests.solvers.latency.cases import optimum, placements, problem  # noqa: E402
+from tests.solvers.latency.test_cuts import any_instance, fork_join_instance  # noqa: E402
+
+
+def _bounds(p, dt, entries=True):
+    """(n, D) call finish bounds in seconds."""
+    B = call_bounds(dt.t, dt.allowed, p.topology.is_cpu, dt.q, dt.edges, dt.val_prod, dt.pair_val, dt.pair_cons,
+                    dt.recv, dt.send, _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes), dt.capacity,
+                    entries=entries)
+    return B * dt.time_scale
+
+
+def _holds(p) -> None:
+    dt = prepare(p, bounds=False)
+    B = _bounds(p, dt)
+    checked = 0
+    for sol in placements(p):
+        ev = evaluate(p, sol)
+        if not ev.feasible:
+            continue
+        dev = np.array([s.device for s in sol.stages])[sol.assignment]
+        got = B[np.arange(p.num_nodes), dev]
+        assert (got <= ev.node_finish * (1 + 1e-9) + 1e-12).all(), (got, ev.node_finish, sol.assignment)
+        checked += 1
+    assert checked
+
+
+FAN_IN = [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4), (4, 5)]  # three producers read by one node
+LADDER = [(0, 1), (0, 2), (1, 3), (2, 3), (1, 2), (3, 4), (2, 4)]  # a 2 x 2 grid of cells over one source
+
+
+@pytest.mark.parametrize("seed,n,q", [(3, 5, 1), (6, 5, 2), (7, 5, 1), (8, 5, 1), (11, 5, 1)])
+def test_entry_bounds_hold_on_every_feasible_placement(seed, n, q):
+    _holds(any_instance(seed, n, q))
+
+
+@pytest.mark.parametrize("shape,seed,q", [("nested", 0, 1), ("three-way", 2, 2), (FAN_IN, 1, 1), (FAN_IN, 4, 1),
+                                          (LADDER, 0, 1), (LADDER, 3, 1)])
+def test_entry_bounds_hold_on_every_feasible_placement_of_branchy_graphs(shape, seed, q):
+    _holds(fork_join_instance(shape, seed, q))
+
+
+def test_entries_never_lower_the_bound_and_never_pass_the_optimum():
+    p = any_instance(1, 6, 1)
+    opt = optimum(p)
+    assert math.isfinite(opt)
+    dt = prepare(p, opt, probe_seconds=0)
+    with_, without = _bounds(p, dt), _bounds(p, dt, entries=False)
+    assert (with_ >= without - 1e-12).all()
+    assert call_bound(with_ / dt.time_scale, dt.allowed, dt.bounds.tail_fin) * dt.time_scale <= opt * (1 + 1e-9)
+    assert dt.lower * dt.time_scale <= opt * (1 + 1e-7)
+
+
+def test_a_call_that_reads_three_values_pays_three_receives():
+    """Three 1-s branches over a source, joined by one node, on two single-call accelerators (no CPU).
+    Receives cost 0.25 s and every call pays each value it takes in: a call holding the join takes in
+    two or three branch outputs (or computes the branches itself), which the path bound charges once."""
+    acc = [0.1, 1.0, 1.0, 1.0, 0.1, 0.1]
+    g = profiled_graph(FAN_IN, [100 * a for a in acc], acc, 0.25, size=1)
+    p = problem(g, paper_topology(2, 1), q=1)
+    allowed = p.allowed.copy()
+    allowed[:, p.topology.is_cpu] = False
+    p = replace(p, allowed=allowed)
+    opt = optimum(p)
+    dt = prepare(p, probe_seconds=0)
+    with_, without = _bounds(p, dt), _bounds(p, dt, entries=False)
+    lat = [call_bound(b / dt.time_scale, dt.allowed, dt.bounds.tail_fin) * dt.time_scale for b in (with_, without)]
+    assert lat[0] > lat[1] + 0.1
+    assert lat[0] <= opt * (1 + 1e-9)
+    assert dt.lower * dt.time_scale >= lat[0] * (1 - 1e-9)  # prepare takes it
