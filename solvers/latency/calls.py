@@ -119,11 +119,12 @@ def call_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
     acc_ids = np.flatnonzero(acc)
     # a call also receives (or computes) every outside producer of what it holds (:mod:`.entries`)
     F = value_feeds(n, val_prod, pair_val, pair_cons)
-    term = producer_terms(t, allowed, val_prod, recv, cross, acc_ids)
-    E = cone_entries(R, F, term) if entries else None
-    if E is not None:
-        W = W + E
-    paid = term if E is not None else np.zeros_like(term)  # a cut pays its producer's entry itself
+    term, received = producer_terms(t, allowed, val_prod, recv, cross, acc_ids)
+    tables = cone_entries(R, F, term, received, src, dst) if entries else None
+    if tables is not None:
+        W = W + tables[0]
+    paid = term if tables is not None else np.zeros_like(term)  # a cut pays its producer's entry itself
+    above = tables[1] if tables is not None else np.zeros((len(src), n, A))
 
     def arrival(sent: np.ndarray, e: int) -> np.ndarray:
         """(D,): the earliest a value sent at ``sent`` (D,) (by device) is at a unit of each device."""
@@ -148,7 +149,7 @@ def call_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
             else:
                 best = np.full((n, A), -np.inf)
                 for p, e in preds[x]:
-                    cut = arrival(bout[p], e)[acc_ids][None, :] + W[x] - paid[p] * F[p, x]
+                    cut = arrival(bout[p], e)[acc_ids][None, :] + W[x] - paid[p] * F[p, x] + above[e]
                     best = np.maximum(best, np.minimum(cut, psi[p]))
             psi.append(best)
             new[x, acc_ids] = best[x]
