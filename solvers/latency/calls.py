@@ -27,8 +27,9 @@ node at once (:func:`_late_sets`): if ``C`` starts at ``s``, each node of ``P(m)
 is in ``C``, with everything above it. Both see that a call leaving a staircase of cells behind computes
 all of them, and a chain of ``L`` calls costs ``L`` transfers. Neither sees that a shared ancestor sits in
 one call only: each branch's bound may put it in its own call (GNMT's embedding, which feeds both encoder
-chains). Tests check every bound against every feasible placement of small graphs
-(tests/solvers/latency/test_calls.py); figures in ``docs/notes/latency-bounds.md``.
+chains). Each set a call is charged with (a cone, a late set) also brings its outside producers, each
+computed in the call or received (:mod:`.entries`). Tests check every bound against every feasible placement of
+small graphs (tests/solvers/latency/test_calls.py); figures in ``docs/notes/latency-bounds.md``.
 """
 
 from __future__ import annotations

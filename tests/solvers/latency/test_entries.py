@@ -8,17 +8,16 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 pytest.importorskip("pyomo")
 pytest.importorskip("highspy")
 
-from planmap.evaluate import evaluate  # noqa: E402
 from planmap.solvers.latency.calls import call_bound, call_bounds  # noqa: E402
 from planmap.solvers.latency.data import _own_bytes, prepare  # noqa: E402
 from planmap.workloads.graphs import paper_topology, profiled_graph  # noqa: E402
-from tests.solvers.latency.cases import optimum, placements, problem  # noqa: E402
+from tests.solvers.latency.cases import optimum, problem  # noqa: E402
+from tests.solvers.latency.test_calls import _assert_holds_on_every_placement as _holds  # noqa: E402
 from tests.solvers.latency.test_cuts import any_instance, fork_join_instance  # noqa: E402
 
 
@@ -28,21 +27,6 @@ def _bounds(p, dt, entries=True):
                     dt.recv, dt.send, _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes), dt.capacity,
                     entries=entries)
     return B * dt.time_scale
-
-
-def _holds(p) -> None:
-    dt = prepare(p, bounds=False)
-    B = _bounds(p, dt)
-    checked = 0
-    for sol in placements(p):
-        ev = evaluate(p, sol)
-        if not ev.feasible:
-            continue
-        dev = np.array([s.device for s in sol.stages])[sol.assignment]
-        got = B[np.arange(p.num_nodes), dev]
-        assert (got <= ev.node_finish * (1 + 1e-9) + 1e-12).all(), (got, ev.node_finish, sol.assignment)
-        checked += 1
-    assert checked
 
 
 FAN_IN = [(0, 1), (0, 2), (0, 3), (1, 4), (2, 4), (3, 4), (4, 5)]  # three producers read by one node
