@@ -27,13 +27,16 @@ node at once (:func:`_late_sets`): if ``C`` starts at ``s``, each node of ``P(m)
 is in ``C``, with everything above it. Both see that a call leaving a staircase of cells behind computes
 all of them, and a chain of ``L`` calls costs ``L`` transfers. Neither sees that a shared ancestor sits in
 one call only: each branch's bound may put it in its own call (GNMT's embedding, which feeds both encoder
-chains). Tests check every bound against every feasible placement of small graphs
-(tests/solvers/latency/test_calls.py); figures in ``docs/notes/latency-bounds.md``.
+chains). Each set a call is charged with (a cone, a late set) also brings its outside producers, each
+computed in the call or received (:mod:`.entries`). Tests check every bound against every feasible placement of
+small graphs (tests/solvers/latency/test_calls.py); figures in ``docs/notes/latency-bounds.md``.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from .entries import cone_entries, producer_terms, set_entries, value_feeds
 
 __all__ = ["call_bounds", "call_bound", "call_lower_bound", "CALLS_MAX_NODES", "CALLS_MAX_CELLS"]
 
@@ -89,10 +92,11 @@ def _edge_charges(n: int, src, dst, val_prod, pair_val, pair_cons, recv, send, D
 
 def call_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, edges, val_prod: np.ndarray,
                 pair_val: np.ndarray, pair_cons: np.ndarray, recv: np.ndarray, send: np.ndarray, own: np.ndarray,
-                capacity: np.ndarray) -> np.ndarray | None:
+                capacity: np.ndarray, entries: bool = True) -> np.ndarray | None:
     """(n, D) ``B(m, Q)`` of the module docstring in model units (``inf`` where ``m`` may not run), or
     None when the graph is too large for the cone tables. Arguments as in :class:`.data.LatencyData`;
-    ``own`` (n,) the bytes a node brings to any device."""
+    ``own`` (n,) the bytes a node brings to any device. With ``entries`` (the default) each call also pays
+    for the outside producers of what it holds (:mod:`.entries`)."""
     n, D = t.shape
     cpu = np.asarray(is_cpu, bool)
     acc = ~cpu
@@ -114,6 +118,14 @@ def call_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
     R = _reach(n, src, dst)
     W = _cones(t, allowed, own, capacity, R, acc)  # (n, n, A)
     acc_ids = np.flatnonzero(acc)
+    # a call also receives (or computes) every outside producer of what it holds (:mod:`.entries`)
+    F = value_feeds(n, val_prod, pair_val, pair_cons)
+    term, received = producer_terms(t, allowed, val_prod, recv, cross, acc_ids)
+    tables = cone_entries(R, F, term, received, src, dst) if entries else None
+    if tables is not None:
+        W = W + tables[0]
+    paid = term if tables is not None else np.zeros_like(term)  # a cut pays its producer's entry itself
+    above = tables[1] if tables is not None else np.zeros((len(src), n, A))
 
     def arrival(sent: np.ndarray, e: int) -> np.ndarray:
         """(D,): the earliest a value sent at ``sent`` (D,) (by device) is at a unit of each device."""
@@ -138,23 +150,25 @@ def call_bounds(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
             else:
                 best = np.full((n, A), -np.inf)
                 for p, e in preds[x]:
-                    cut = arrival(bout[p], e)[acc_ids][None, :] + W[x]
+                    cut = arrival(bout[p], e)[acc_ids][None, :] + W[x] - paid[p] * F[p, x] + above[e]
                     best = np.maximum(best, np.minimum(cut, psi[p]))
             psi.append(best)
             new[x, acc_ids] = best[x]
-        new[:, acc_ids] = np.maximum(new[:, acc_ids], _late_sets(B, t, allowed, own, capacity, R, acc_ids))
+        new[:, acc_ids] = np.maximum(new[:, acc_ids], _late_sets(B, t, allowed, own, capacity, R, acc_ids,
+                                                                        (F, term) if entries else None))
         cpu_pass(new)
         B = new
     return np.where(allowed, B, np.inf)
 
 
 def _late_sets(B: np.ndarray, t: np.ndarray, allowed: np.ndarray, own: np.ndarray, capacity: np.ndarray,
-               R: np.ndarray, acc_ids: np.ndarray) -> np.ndarray:
+               R: np.ndarray, acc_ids: np.ndarray, entries: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """(n, A): the start-time bound of the module docstring over every node at once. Every node ``x`` of
     ``P(m)`` outside ``m``'s call ``C`` has finished when ``C`` starts, so if ``C`` starts at ``s``, every
     ``x <= m`` with ``B(x) > s`` (the previous budget's bound) is in ``C``, and with it everything between
     it and ``m``: ``fin(C) >= min_s [s + work({y <= m : some late x <= y} + m)]`` over ``s`` in 0 and the
-    distinct ``B`` values (between two of them the late set only shrinks)."""
+    distinct ``B`` values (between two of them the late set only shrinks). With ``entries`` (``F``, ``term``
+    of :mod:`.entries`) the call also pays for each outside producer of the late set."""
     n = len(t)
     beta = np.where(allowed, B, np.inf).min(axis=1)
     beta = np.where(np.isfinite(beta), beta, np.inf)
@@ -168,6 +182,8 @@ def _late_sets(B: np.ndarray, t: np.ndarray, allowed: np.ndarray, own: np.ndarra
         up = (R[late].any(axis=0)).astype(float)  # descendants of the late nodes, themselves included
         own_m = (1.0 - up)[:, None]  # m itself when it is not late
         work = Rf.T @ (up[:, None] * ta) + own_m * ta  # (n, A) over m: Σ_{y <= m, y up} t(y) (+ t(m))
+        if entries is not None:
+            work = work + set_entries(Rf.T, up > 0.5, *entries)
         mem = Rf.T @ (up * own) + (1.0 - up) * own
         nbad = Rf.T @ (up[:, None] * bad) + own_m * bad
         ok = (nbad < 0.5) & (mem[:, None] <= np.where(np.isfinite(cap), cap, np.inf)[None, :] * (1 + 1e-12))

@@ -94,6 +94,6 @@ def test_call_bound_charges_whole_calls_where_paths_see_the_wavefront():
                              dt.pair_cons, dt.recv, dt.send, _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes),
                              dt.capacity, dt.bounds.tail_fin) * dt.time_scale
     assert sweep == pytest.approx(4.22, abs=1e-6)
-    assert calls == pytest.approx(5.2, abs=1e-6)
+    assert calls == pytest.approx(5.22, abs=1e-6)  # the second call also receives the cell beside it
     assert calls <= opt * (1 + 1e-9) and opt == pytest.approx(6.2, abs=1e-6)
     assert dt.lower * dt.time_scale == pytest.approx(calls, rel=1e-9)  # prepare takes it
