@@ -39,6 +39,7 @@ graphs) get the bound; others are skipped after one linear pass. Figures in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -349,7 +350,7 @@ def block_plan(t, allowed, is_cpu, q, edges, val_prod, pair_val, pair_cons, recv
         uses_of[c].append((j, int(val_prod[j])))
     blocks = _blocks(n, cuts, uses_of, sorted(set(zip(src.tolist(), dst.tolist(), strict=True))))
     fronts = _first_fronts(cuts[0], K)
-    final: list[tuple[float, tuple | None]] = []
+    final: list[tuple[float, Any]] = []
     for blk in blocks:
         nxt: dict[int | None, list[_State]] = {CPU: [], ACC: []}
         for s_kind, states in fronts.items():
