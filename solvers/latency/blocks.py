@@ -48,6 +48,7 @@ from planmap.problem import Certificate, Solution, Stage, Status
 __all__ = ["cut_nodes", "block_plan", "block_lower_bound", "block_start", "placement_of", "BlockPlan", "BLOCK_MAX"]
 
 BLOCK_MAX = 5  # most nodes strictly between two cut nodes (labellings grow like the Bell numbers)
+MAX_NODES = 5000  # larger graphs are skipped (a chain of 3,000 nodes, every node a cut node, takes 1 s)
 FRONT_MAX = 2000  # states kept per kind of cut node; beyond, neighbours merge into their least values
 CPU, ACC = 0, 1
 
@@ -332,10 +333,12 @@ def _first_fronts(first: int, K: _Kinds) -> dict[int | None, list[_State]]:
 
 def block_plan(t, allowed, is_cpu, q, edges, val_prod, pair_val, pair_cons, recv, send, own, working_set,
                capacity) -> BlockPlan | None:
-    """The bound of the module docstring in model units, or None when the graph has no cut node or a block
-    has more than ``BLOCK_MAX`` nodes. Arguments as in :class:`.data.LatencyData`; ``own`` (n,) the bytes a
-    node brings to any device."""
+    """The bound of the module docstring in model units, or None when the graph has no cut node, a block
+    has more than ``BLOCK_MAX`` nodes or the graph more than ``MAX_NODES``. Arguments as in
+    :class:`.data.LatencyData`; ``own`` (n,) the bytes a node brings to any device."""
     n = len(t)
+    if n > MAX_NODES:
+        return None
     src, dst = (np.asarray(e, np.int64) for e in edges)
     src = np.concatenate([src, np.asarray(val_prod, np.int64)[pair_val]])  # every use orders its two nodes
     dst = np.concatenate([dst, np.asarray(pair_cons, np.int64)])
