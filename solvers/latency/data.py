@@ -18,6 +18,7 @@ from planmap.crossings import crossings
 from planmap.problem import Problem
 from planmap.vocabulary import Mode
 
+from .blocks import block_lower_bound
 from .calls import call_lower_bound
 from .cuts import (
     BUCKETS,
@@ -232,7 +233,9 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
 
         lower = max(float(np.where(allowed, tb.through, np.inf).min(axis=1).max()), load_of(allowed, tb),
                     call_lower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
-                                     send, own, capacity, tb.tail_fin))
+                                     send, own, capacity, tb.tail_fin),
+                    block_lower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
+                                      send, own, working_set, capacity))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
             def refute(a, level, deadline):
                 return branch_refutes(a, level, bounds_of, topo.is_cpu, rounds=PROBE_ROUNDS, deadline=deadline,
