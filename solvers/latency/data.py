@@ -32,6 +32,7 @@ from .cuts import (
 )
 from .loads import contention_bound
 from .shaving import branch_refutes
+from .towers import tower_bound
 
 __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "MEMORY_MARGIN"]
 
@@ -233,6 +234,8 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
         lower = max(float(np.where(allowed, tb.through, np.inf).min(axis=1).max()), load_of(allowed, tb),
                     call_lower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
                                      send, own, capacity, tb.tail_fin))
+        lower = max(lower, tower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
+                                       send, own, capacity, tb.ef, working_set))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
             def refute(a, level, deadline):
                 return branch_refutes(a, level, bounds_of, topo.is_cpu, rounds=PROBE_ROUNDS, deadline=deadline,
