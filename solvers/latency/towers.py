@@ -52,6 +52,7 @@ import numpy as np
 __all__ = ["articulation_chain", "tower_bound", "TOWER_BUCKETS"]
 
 TOWER_BUCKETS = 4096  # memory resolution per accelerator (the DP holds chain x devices x buckets numbers)
+SPLIT_BUCKETS = 64  # coarser resolution of the two calls' shares of a segment cut between them
 
 
 def articulation_chain(n: int, src: np.ndarray, dst: np.ndarray, desc: list[int]) -> list[int]:
@@ -168,6 +169,84 @@ def _segment_sweep(start: np.ndarray, a: int, M: list[int], preds: list[list[int
     return F[M[-1]]
 
 
+def _split_options(comp: list[int], a: int, preds: list[list[int]], succs: list[list[int]], b: int,
+                   tx: np.ndarray, s1: np.ndarray, r1: np.ndarray, mem: np.ndarray):
+    """How one component ``T`` of a segment can lie between ``a``'s call ``C`` and ``b``'s new call ``C'``,
+    as (share of ``C`` in coarse units, share of ``C'``, cost, uses ``a``'s value) options. With none of
+    ``T`` elsewhere, convexity makes ``C ∩ T`` a prefix and ``C' ∩ T`` a suffix of a chain: cut after its
+    ``j``-th node, ``C`` computes the prefix and sends the ``j``-th value, ``C'`` receives it and computes
+    the rest (``j = 0``: ``a``'s value, charged once per segment by the caller). Otherwise (or for a
+    component that is not a chain) some value of ``a`` or ``T`` leaves ``C`` and some value of ``T`` enters
+    ``C'``: the cheapest send (``None``: left to ``a``'s value) and receive, no memory, no compute."""
+    order = sorted(comp)
+    inside = set(order) | {a, b}
+    chain = all([p for p in preds[v] if p in inside] == [order[i - 1] if i else a]
+                and [w for w in succs[v] if w in inside] == [order[i + 1] if i + 1 < len(order) else b]
+                for i, v in enumerate(order))
+    opts = [(0, 0, float(r1[order].min()), "mixed")]
+    if not chain:  # all of it in C' enters through a's value
+        return opts + [(0, 0, 0.0, "a")]
+    k = len(order)
+    cum_t = np.concatenate([[0.0], np.cumsum(tx[order])])
+    cum_m = np.concatenate([[0.0], np.cumsum(mem[order])])
+    for j in range(k + 1):
+        x, y = int(np.floor(cum_m[j])), int(np.floor(cum_m[k] - cum_m[j]))
+        work = cum_t[k]  # the prefix in C, the suffix in C': the whole tower is computed before b
+        if j == 0:
+            opts.append((x, y, work, "a"))
+        else:
+            u = order[j - 1]
+            opts.append((x, y, work + float(s1[u]) + float(r1[u]), "cut"))
+    return opts
+
+
+def _split_table(options: list[list[tuple]], sends: list[float], size: int, case: str) -> np.ndarray:
+    """(size, size) the least cost of a segment's components over their options by (C's share, C''s share),
+    for one case of ``a``'s value: ``"none"`` (not sent: no option may use it), ``"sent"`` (sent, not
+    received by ``C'``: the mixed options may use it), ``"both"``."""
+    G = np.full((size, size), np.inf)
+    G[0, 0] = 0.0
+    for opts, send_t in zip(options, sends, strict=True):
+        H = np.full((size, size), np.inf)
+        for x, y, cost, kind in opts:
+            if kind == "a" and case != "both":
+                continue
+            if kind == "mixed":
+                cost = cost + (0.0 if case != "none" else send_t)
+            if x >= size or y >= size:
+                continue
+            H[x:, y:] = np.minimum(H[x:, y:], G[: size - x, : size - y] + cost)
+        G = H
+    return G
+
+
+def _fresh_split(split, A: np.ndarray, a: int, b: int, comps: list[list[int]], preds, succs, direct: bool,
+                 buckets: int) -> np.ndarray:
+    """(buckets + 1,) the least ``pi(b)`` less ``b``'s compute when ``b`` opens a new call ``C'`` after ``a``'s
+    accelerator call ``C``, by the memory ``C'`` holds of the segment (fine units): ``C`` computes and sends
+    its share of each component, ``C'`` receives and computes its share (:func:`_split_options`); ``C``'s
+    state (``A``) must leave room for its share. Accelerators are interchangeable here (least compute and
+    charges over them), so the caller needs them to have one capacity."""
+    tx, s1, r1, mem = split
+    size = SPLIT_BUCKETS + 1
+    f = buckets // SPLIT_BUCKETS
+    options = [_split_options(c, a, preds, succs, b, tx, s1, r1, mem) for c in comps]
+    sends = [float(s1[c].min()) for c in comps]
+    # least pi(a) of a state of C that leaves x coarse units free: prefix minima over the memory held
+    pre = np.minimum.accumulate(A.min(axis=0))  # (K1,) least over devices of states holding <= mu
+    room = np.array([pre[buckets - f * x] if buckets - f * x >= 0 else np.inf for x in range(size)])
+    out = np.full(buckets + 1, np.inf)
+    sa, ra = float(s1[a]), float(r1[a])
+    for case, extra in (("none", 0.0), ("sent", sa), ("both", sa + ra)):
+        if direct and case != "both":
+            continue
+        G = _split_table(options, sends, size, case)
+        by_y = (room[:, None] + G).min(axis=0) + extra  # (size,) over C''s share
+        for y in np.flatnonzero(np.isfinite(by_y)).tolist():
+            out[f * y] = min(out[f * y], float(by_y[y]))
+    return out
+
+
 def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, edges, val_prod: np.ndarray,
                 pair_val: np.ndarray, pair_cons: np.ndarray, recv: np.ndarray, send: np.ndarray, own: np.ndarray,
                 capacity: np.ndarray, ef: np.ndarray | None = None, working_set: np.ndarray | None = None,
@@ -206,6 +285,15 @@ def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
     xfer = _xfer(n, D, val_prod, pair_val, send_acc, recv, allowed, cross)
     same = np.diag(acc)
     floor = np.zeros((n, D)) if ef is None else np.where(np.isfinite(ef), ef, 0.0)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for v in range(n):
+        for p in preds[v]:
+            succs[p].append(v)
+    caps = cap[acc]
+    split = None
+    if len(caps) and np.all(caps == caps[0]) and np.isfinite(caps[0]) and buckets % SPLIT_BUCKETS == 0:
+        split = (np.where(np.isfinite(t[:, acc]), t[:, acc], np.inf).min(axis=1), smin[:, acc].min(axis=1),
+                 rmin[:, acc].min(axis=1), own / (caps[0] / SPLIT_BUCKETS))
     a0 = chain[0]
     A = np.full((D, K1), np.inf)  # accelerator states: pi(a) by memory held (tracked units)
     P = np.full(D, np.inf)  # CPU states: finish of a
@@ -226,24 +314,31 @@ def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         direct = a in preds[b]
         cut_s = smin[a] if direct else np.minimum(smin[a], sum((smin[c].min(axis=0) for c in comps), np.zeros(D)))
         cut_r = rmin[a] if direct else np.minimum(rmin[a], sum((rmin[c].min(axis=0) for c in comps), np.zeros(D)))
-        leave = min(float((A.min(axis=1) + cut_s).min()), float(P.min()))  # a's unit finished, sends paid
+        # each source kind with its own path floor: given a on an accelerator (or a CPU), every path
+        # through M pays its compute and crossings from there
+        sw_acc = _segment_sweep(np.where(acc, A.min(axis=1), np.inf), a, M, preds, t, xfer, same)
+        sw_cpu = _segment_sweep(np.where(acc, np.inf, P), a, M, preds, t, xfer, same)
+        from_acc = float((A.min(axis=1) + cut_s).min())  # a's call finished, its sends paid
+        from_cpu = float(P.min())
+        fresh = None if split is None else _fresh_split(split, A, a, b, comps, preds, succs, direct, buckets)
         newA = np.full((D, K1), np.inf)
-        newP = np.full(D, np.inf)
         tM = t[M].sum(axis=0)
         mM = units(M)
         room = buckets - (units(M, ws[M].max()) - mM)  # the call also holds the largest working set of M
         for d in np.flatnonzero(acc).tolist():
             if np.isfinite(tM[d]) and mM[d] <= buckets:  # the same call holds the whole segment
-                newA[d, mM[d]:] = A[d, : K1 - mM[d]] + tM[d]
+                newA[d, mM[d]:] = np.maximum(A[d, : K1 - mM[d]] + tM[d], sw_acc[d])
                 newA[d, max(int(room[d]) + 1, 0):] = np.inf
-            if allowed[b, d]:  # a new call, holding at least b
-                ub = int(units([b])[d])
-                if units([b], ws[b])[d] <= buckets:
-                    newA[d, ub] = min(newA[d, ub], leave + cut_r[d] + t[b, d])
-        newP[cpu] = leave + t[b, cpu]
-        start = np.where(acc, A.min(axis=1), P)
+            ub = int(units([b])[d])
+            if allowed[b, d] and units([b], ws[b])[d] <= buckets:  # a new call, holding at least b
+                newA[d, ub] = min(newA[d, ub], max(from_cpu + cut_r[d] + t[b, d], sw_cpu[d]))
+                if fresh is None:
+                    newA[d, ub] = min(newA[d, ub], max(from_acc + cut_r[d] + t[b, d], sw_acc[d]))
+                else:  # the segment's towers cut between a's call and b's
+                    newA[d, ub:] = np.minimum(newA[d, ub:], np.maximum(fresh[: K1 - ub] + t[b, d], sw_acc[d]))
+        newP = np.minimum(np.maximum(from_acc + t[b], sw_acc), np.maximum(from_cpu + t[b], sw_cpu))
+        newP[acc] = np.inf
         low = np.maximum(pi_min + before_b + t[b], floor[b])  # every path computes in order
-        low = np.maximum(low, _segment_sweep(start, a, M, preds, t, xfer, same))
         A = np.where(np.isfinite(newA), np.maximum(newA, low[:, None]), np.inf)
         P = np.where(np.isfinite(newP), np.maximum(newP, low), np.inf)
         A[~allowed[b]] = np.inf
