@@ -33,6 +33,7 @@ from .cuts import (
 )
 from .loads import contention_bound
 from .shaving import branch_refutes
+from .towers import tower_bound
 
 __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels", "MEMORY_MARGIN"]
 
@@ -235,7 +236,9 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
                     call_lower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
                                      send, own, capacity, tb.tail_fin),
                     block_lower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
-                                      send, own, working_set, capacity))
+                                      send, own, working_set, capacity),
+                    tower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
+                                send, own, capacity, tb.ef, working_set))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
             def refute(a, level, deadline):
                 return branch_refutes(a, level, bounds_of, topo.is_cpu, rounds=PROBE_ROUNDS, deadline=deadline,

@@ -1,0 +1,109 @@
+"""The articulation-chain bound (solvers/latency/towers.py): it never passes the optimum of small graphs of
+parallel towers between articulation nodes (exhaustive, under ``evaluate``), and where memory forces a
+module's towers apart from its input it sees the transfers a per-path bound misses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyomo")
+pytest.importorskip("highspy")
+
+from planmap.solvers.latency.data import _own_bytes, prepare  # noqa: E402
+from planmap.solvers.latency.towers import articulation_chain, tower_bound  # noqa: E402
+from planmap.workloads.graphs import paper_topology, profiled_graph  # noqa: E402
+from tests.solvers.latency.cases import gpu_cluster, optimum, problem  # noqa: E402
+
+
+def towers_edges(rng: np.random.Generator, n_max: int) -> list[tuple[int, int]]:
+    """A source, then modules of 1-3 towers (1-2 nodes each) joined by a concat, up to ``n_max`` nodes."""
+    edges: list[tuple[int, int]] = []
+    x, nxt = 0, 1
+    while True:
+        towers = [int(rng.integers(1, 3)) for _ in range(int(rng.integers(1, 4)))]
+        if nxt + sum(towers) + 1 > n_max:
+            break
+        ends = []
+        for length in towers:
+            prev = x
+            for _ in range(length):
+                edges.append((prev, nxt))
+                prev, nxt = nxt, nxt + 1
+            ends.append(prev)
+        edges += [(e, nxt) for e in ends]
+        x, nxt = nxt, nxt + 1
+    if not edges:
+        edges = [(0, 1)]
+    return sorted(set(edges))
+
+
+def towers_instance(seed: int, n_max: int, q: int):
+    """Random towers with transfers comparable to compute and memory for about half the graph per
+    accelerator (so the chain must cut), on the paper's cluster or on link-dependent GPUs."""
+    rng = np.random.default_rng(seed)
+    edges = towers_edges(rng, n_max)
+    n = max(b for _, b in edges) + 1
+    acc = rng.lognormal(0, 0.5, n)
+    out = (rng.lognormal(0, 0.8, n) * 3e6).astype(np.int64)
+    g = profiled_graph(edges, acc * rng.lognormal(np.log(5), 0.4, n), acc, rng.lognormal(np.log(0.5), 0.8, n),
+                       size=rng.lognormal(0, 0.4, n) * 1e6, out_bytes=out)
+    memory = float(g.state_bytes.sum()) * 0.55 + 4 * float(out.max())
+    if seed % 3 == 2:
+        return problem(g, gpu_cluster(memory), q)
+    return problem(g, paper_topology(2, 1, memory=memory), q)
+
+
+def _tower(p, dt) -> float:
+    return tower_bound(dt.t, dt.allowed, p.topology.is_cpu, dt.q, dt.edges, dt.val_prod, dt.pair_val, dt.pair_cons,
+                       dt.recv, dt.send, _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes), dt.capacity,
+                       None if dt.bounds is None else dt.bounds.ef) * dt.time_scale
+
+
+def test_articulation_chain_follows_modules():
+    edges = [(0, 1), (0, 2), (1, 3), (2, 3), (3, 4), (3, 5), (4, 6), (5, 6)]
+    n = 7
+    desc = [0] * n
+    for a, b in sorted(edges, reverse=True):
+        desc[a] |= desc[b] | (1 << b)
+    src, dst = np.array([a for a, _ in edges]), np.array([b for _, b in edges])
+    assert articulation_chain(n, src, dst, desc) == [0, 3, 6]
+
+
+@pytest.mark.parametrize("seed,n,q", [(0, 7, 1), (1, 7, 1), (2, 7, 1), (3, 8, 1), (4, 6, 2), (5, 6, 2), (7, 7, 1),
+                                      (8, 6, 2)])
+def test_tower_bound_never_passes_the_optimum(seed, n, q):
+    p = towers_instance(seed, n, q)
+    opt = optimum(p)
+    assert math.isfinite(opt)
+    for bounds in (False, True):  # alone, and with the sweeps' chain points as a floor
+        dt = prepare(p, bounds=bounds, probe_seconds=0)
+        assert _tower(p, dt) <= opt * (1 + 1e-9)
+    dt = prepare(p, opt, probe_seconds=0)  # with presolve at the optimum (as the IP calls it)
+    assert _tower(p, dt) <= opt * (1 + 1e-9)
+    assert dt.lower * dt.time_scale <= opt * (1 + 1e-7)
+
+
+def test_tower_bound_charges_the_cut_between_modules():
+    """Two modules of four 1-MB towers on two accelerators of 4.5 MB (no CPU): a module fits one call, two
+    do not, so every placement cuts between them and pays a transfer (0.5 s each end). A path with one
+    other branch per join holds 4.3 MB and fits: the sweeps see 0.7 s (with the call bound, prepare had
+    1.8 s); the chain bound sees the cut and proves the optimum, 2.1 s."""
+    edges = [(0, v) for v in range(1, 5)] + [(v, 5) for v in range(1, 5)]
+    edges += [(5, v) for v in range(6, 10)] + [(v, 10) for v in range(6, 10)]
+    size = np.array([0.1 if v in (0, 5, 10) else 1.0 for v in range(11)]) * 1e6
+    g = profiled_graph(edges, [10.0] * 11, [0.1] * 11, 0.5, size=size, out_bytes=1)
+    p = problem(g, paper_topology(2, 1, memory=4.5e6), q=1)
+    allowed = p.allowed.copy()
+    allowed[:, p.topology.is_cpu] = False  # keeps the enumeration small (2^11 placements)
+    p = replace(p, allowed=allowed)
+    opt = optimum(p)
+    dt = prepare(p, probe_seconds=0)
+    sweep = max(float(np.where(dt.allowed, dt.bounds.through, np.inf).min(axis=1).max()) * dt.time_scale, 0.0)
+    assert sweep == pytest.approx(0.7, abs=1e-6)
+    assert opt == pytest.approx(2.1, abs=1e-6)
+    assert _tower(p, dt) == pytest.approx(2.1, abs=1e-6)
+    assert dt.lower * dt.time_scale == pytest.approx(2.1, abs=1e-6)  # prepare takes it
