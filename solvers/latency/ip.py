@@ -58,6 +58,7 @@ from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
 from .data import MEMORY_MARGIN, PROBE_SECONDS, LatencyData, charge_levels, interchangeable_devices, prepare
 from .extract import extract
+from .moves import improve, moves_budget
 from .report import NAME, _certificate_fields, _interrupted
 from .search import neighbourhood_search
 from .start import canonical, load_warm_start
@@ -69,6 +70,8 @@ LNS_MIN_NODES = 60  # below this the MIP alone is fast enough
 LNS_SHARE = 0.5  # share of the time the full MIP gets before neighbourhood search takes over
 PROBE_SHARE = 0.1  # share of the time limit the probing lower bound may take
 BASELINE_SHARE = 0.5  # share of the time limit the start methods may use (all of them together)
+MOVES_END_SHARE = 0.6  # the call moves from the start stop by this share of the time limit
+MOVES_MIN_NODES = 60  # below this the MIP itself finds what the call moves would
 BUILD_FLOOR_S = 2.0  # the model build may always take this long (a fixed start-up, like the backend's)
 MAX_TABLE_CELLS = 50_000_000  # crossing values x devices²: beyond, the model's dense tables alone take GBs
 
@@ -436,6 +439,18 @@ class LatencyIP:
         start_latency = evaluate(problem, start).objective if start is not None else None
         if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
+        if start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES:
+            try:  # call moves (a producer or a branch in a call of its own): the MIP's start and horizon
+                moved, found = improve(problem, start, budget=moves_budget(problem, options.time_limit),
+                                       deadline=t0 + MOVES_END_SHARE * options.time_limit)
+            except KeyboardInterrupt:
+                return _interrupted(start, start_latency, start_name, notes + ["interrupted during the call moves"],
+                                    time.perf_counter() - t0)
+            if found:
+                notes.append(f"call moves: {start_latency * 1e3:.4g} -> {evaluate(problem, moved).objective * 1e3:.4g} "
+                             f"ms from {start_name}")
+                start, start_name = moved, f"call moves from {start_name}"
+                start_latency = evaluate(problem, start).objective
         cells = len(crossings(problem.graph, np.arange(problem.num_nodes)).values) * problem.num_devices ** 2
         if cells > MAX_TABLE_CELLS and start is not None and start_latency is not None:
             # numpy builds these tables in single calls that no time box can interrupt
@@ -474,7 +489,8 @@ class LatencyIP:
         ip_sol = extract(model, problem) if result.has_solution else None
         if (session is not None and ip_sol is not None and result.status == Status.TIME_LIMIT
                 and t0 + options.time_limit - time.perf_counter() > 3.0):
-            ip_sol, lns_note, stopped = neighbourhood_search(session, model, problem, ip_sol, options, result.bound, t0)
+            ip_sol, lns_note, stopped = neighbourhood_search(session, model, problem, ip_sol, options,
+                                                                result.bound, t0, polished=start_latency)
             notes.append(lns_note)
             if stopped:
                 result = replace(result, status=Status.INTERRUPTED, termination="Interrupted by user")
