@@ -70,7 +70,8 @@ LNS_MIN_NODES = 60  # below this the MIP alone is fast enough
 LNS_SHARE = 0.5  # share of the time the full MIP gets before neighbourhood search takes over
 PROBE_SHARE = 0.1  # share of the time limit the probing lower bound may take
 BASELINE_SHARE = 0.5  # share of the time limit the start methods may use (all of them together)
-MOVES_END_SHARE = 0.6  # the call moves from the start stop by this share of the time limit
+MOVES_END_SHARE = 0.6  # the call moves from the start stop by this share of the time limit ...
+MOVES_MIN_SHARE = 0.2  # ... or after this share, when the start methods took long
 MOVES_MIN_NODES = 60  # below this the MIP itself finds what the call moves would
 BUILD_FLOOR_S = 2.0  # the model build may always take this long (a fixed start-up, like the backend's)
 MAX_TABLE_CELLS = 50_000_000  # crossing values x devices²: beyond, the model's dense tables alone take GBs
@@ -442,7 +443,8 @@ class LatencyIP:
         if start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES:
             try:  # call moves (a producer or a branch in a call of its own): the MIP's start and horizon
                 moved, found = improve(problem, start, budget=moves_budget(problem, options.time_limit),
-                                       deadline=t0 + MOVES_END_SHARE * options.time_limit)
+                                       deadline=max(t0 + MOVES_END_SHARE * options.time_limit,
+                                                    time.perf_counter() + MOVES_MIN_SHARE * options.time_limit))
             except KeyboardInterrupt:
                 return _interrupted(start, start_latency, start_name, notes + ["interrupted during the call moves"],
                                     time.perf_counter() - t0)

@@ -365,9 +365,10 @@ def moves_budget(problem: Problem, time_limit: float) -> int:
 def improve(problem: Problem, solution: Solution, *, budget: int = EVAL_BUDGET, kick_budget: int = KICK_BUDGET,
             deadline: float | None = None) -> tuple[Solution, int]:
     """The best placement the call moves reach from ``solution`` (itself when none is faster and
-    feasible), and the number of improvements found. ``budget`` caps the evaluations in all,
-    ``kick_budget`` those of one descent from a compound move (iterated local search: a descent from
-    a kick replaces the incumbent only when it ends strictly faster)."""
+    feasible), and the number of improvements found. Compound moves first (iterated local search: a
+    descent from a kick replaces the incumbent only when it ends strictly faster; the starts it gets
+    are already local optima of single-node moves), then a descent over single moves. ``budget`` caps
+    the evaluations in all, ``kick_budget`` those of one descent from a compound move."""
     if any(s.replicas != 1 for s in solution.stages) or solution.shardings is not None:
         return solution, 0
     if problem.num_nodes > MAX_NODES:
@@ -376,7 +377,7 @@ def improve(problem: Problem, solution: Solution, *, budget: int = EVAL_BUDGET, 
     sc = _Scorer(problem, calls_of(problem, solution), budget, deadline)
     if not np.isfinite(sc.value):
         return solution, 0
-    found = _descend(gr, sc)
+    found = 0
     restart = True
     while restart and not sc.exhausted():
         restart = False
@@ -390,9 +391,10 @@ def improve(problem: Problem, solution: Solution, *, budget: int = EVAL_BUDGET, 
             sc.evals += sub.evals
             if sc.better(sub.value):
                 sc.calls, sc.value = sub.calls, sub.value
-                found += 1 + _descend(gr, sc)
+                found += 1
                 restart = True
                 break
+    found += _descend(gr, sc)
     if not found:
         return solution, 0
     return _solution(problem, sc.calls), found
