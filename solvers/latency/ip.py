@@ -440,11 +440,13 @@ class LatencyIP:
         start_latency = evaluate(problem, start).objective if start is not None else None
         if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
+        polished = start_latency  # the call moves ran to their end from this latency (None: cut short)
         if start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES:
+            moves_end = max(t0 + MOVES_END_SHARE * options.time_limit,
+                            time.perf_counter() + MOVES_MIN_SHARE * options.time_limit)
             try:  # call moves (a producer or a branch in a call of its own): the MIP's start and horizon
                 moved, found = improve(problem, start, budget=moves_budget(problem, options.time_limit),
-                                       deadline=max(t0 + MOVES_END_SHARE * options.time_limit,
-                                                    time.perf_counter() + MOVES_MIN_SHARE * options.time_limit))
+                                       deadline=moves_end)
             except KeyboardInterrupt:
                 return _interrupted(start, start_latency, start_name, notes + ["interrupted during the call moves"],
                                     time.perf_counter() - t0)
@@ -453,6 +455,7 @@ class LatencyIP:
                              f"ms from {start_name}")
                 start, start_name = moved, f"call moves from {start_name}"
                 start_latency = evaluate(problem, start).objective
+            polished = start_latency if time.perf_counter() < moves_end else None
         cells = len(crossings(problem.graph, np.arange(problem.num_nodes)).values) * problem.num_devices ** 2
         if cells > MAX_TABLE_CELLS and start is not None and start_latency is not None:
             # numpy builds these tables in single calls that no time box can interrupt
@@ -492,7 +495,7 @@ class LatencyIP:
         if (session is not None and ip_sol is not None and result.status == Status.TIME_LIMIT
                 and t0 + options.time_limit - time.perf_counter() > 3.0):
             ip_sol, lns_note, stopped = neighbourhood_search(session, model, problem, ip_sol, options,
-                                                                result.bound, t0, polished=start_latency)
+                                                                result.bound, t0, polished=polished)
             notes.append(lns_note)
             if stopped:
                 result = replace(result, status=Status.INTERRUPTED, termination="Interrupted by user")

@@ -37,6 +37,7 @@ from planmap.problem import Certificate, Problem, Solution, Stage, Status
 __all__ = ["improve", "calls_of", "moves_budget"]
 
 MAX_CUTS = 24  # prefix/suffix cut points tried per call (evenly spread over larger calls)
+MAX_SPAN = 4  # blocks in one run of CPU nodes moved together
 MAX_BRANCH_CALL = 400  # calls larger than this are not searched for branches
 EVAL_BUDGET = 20_000  # evaluations per improve() call (deterministic stop)
 KICK_BUDGET = 2_000  # evaluations of one descent from a compound move
@@ -127,6 +128,15 @@ class _Graph:
         self.q = int(problem.max_subgraphs)
         outdeg = np.diff(self.succ_ptr)
         self.forks = outdeg >= 2
+        # segments of the topological order between nodes that no edge jumps over (a residual block,
+        # an Inception module, one layer of a chain): the blocks worth moving whole
+        n = len(outdeg)
+        src, dst = (np.asarray(x, np.int64) for x in g.node_edges)
+        jump = np.zeros(n + 1, np.int64)
+        np.add.at(jump, src + 1, 1)
+        np.add.at(jump, dst, -1)
+        covered = np.cumsum(jump)[:n] > 0
+        self.segment = np.cumsum(~covered) - 1
         self._reach: np.ndarray | None = None
 
     def succ_of(self, v: int) -> np.ndarray:
@@ -173,9 +183,10 @@ class _Graph:
         return [int(v) for v in near if self.forks[v]]
 
 
-def _subsets(gr: _Graph, nodes: np.ndarray) -> Iterator[np.ndarray]:
-    """Sets worth taking out of a call with ``nodes`` (each once): shared producers, branches, cuts,
-    the whole call."""
+def _subsets(gr: _Graph, nodes: np.ndarray, cpu: bool = False) -> Iterator[np.ndarray]:
+    """Sets worth taking out of a call with ``nodes`` (each once): shared producers, branches, cuts
+    (evenly spread, and at block boundaries), on the CPU any run of up to ``MAX_SPAN`` blocks, the
+    whole call."""
     seen: set[bytes] = set()
 
     def fresh(sub: np.ndarray) -> bool:
@@ -191,10 +202,20 @@ def _subsets(gr: _Graph, nodes: np.ndarray) -> Iterator[np.ndarray]:
         for v in gr.producers(nodes):
             yield from (b for b in gr.branches(v, nodes) if fresh(b))
     m = len(nodes)
+    seg = gr.segment[nodes]
     if m > 1:
-        cuts = sorted({int(round(x)) for x in np.linspace(1, m - 1, min(MAX_CUTS, m - 1))})
-        for c in cuts:
+        cuts = {int(round(x)) for x in np.linspace(1, m - 1, min(MAX_CUTS, m - 1))}
+        edges = np.flatnonzero(np.diff(seg) != 0) + 1  # block boundaries
+        cuts |= set(edges[np.linspace(0, len(edges) - 1, min(MAX_CUTS, len(edges))).astype(int)].tolist())
+        for c in sorted(cuts):
             yield from (s for s in (nodes[:c], nodes[c:]) if fresh(s))
+    if cpu:  # CPU nodes are separate units: any run of whole blocks may leave for an accelerator
+        ids = np.unique(seg)
+        for i in range(len(ids)):
+            for j in range(i, min(len(ids), i + MAX_SPAN)):
+                sub = nodes[(seg >= ids[i]) & (seg <= ids[j])]
+                if fresh(sub):
+                    yield sub
     if fresh(nodes):
         yield nodes
 
@@ -207,16 +228,15 @@ def _destinations(gr: _Graph, calls: Calls, subset: np.ndarray, merges: bool = T
     for d, _ in calls:
         if d in count:
             count[d] += 1
-    tried_empty = False
-    for d in gr.accs:  # a new call, at each position among the device's calls
-        if count[d] >= gr.q:
-            continue
-        if count[d] == 0:
-            if tried_empty:  # empty accelerators: one suffices when they are alike (interchangeable)
-                continue
-            tried_empty = not _distinct(gr.problem)
-        for pos in range(count[d] + 1):
-            yield _insert_new(calls, d, pos, subset)
+    empty = [d for d in gr.accs if count[d] == 0]
+    if not _distinct(gr.problem):
+        empty = empty[:1]  # empty accelerators alike (interchangeable): one suffices
+    for d in empty:  # a new call on an idle accelerator first: what runs in parallel
+        yield _insert_new(calls, d, 0, subset)
+    for d in gr.accs:  # a new call, at each position among a busy device's calls
+        if 0 < count[d] < gr.q:
+            for pos in range(count[d] + 1):
+                yield _insert_new(calls, d, pos, subset)
     for c in gr.cpus:
         k = next((i for i, (d, _) in enumerate(calls) if d == c), None)
         if k is None:
@@ -256,7 +276,7 @@ def _candidates(gr: _Graph, calls: Calls, only: set[int] | None = None) -> Itera
             for v in nodes.tolist():  # a CPU node back onto an accelerator
                 sub = np.array([v], np.int64)
                 yield from ((c, k, sub) for c in _destinations(gr, _remove(calls, k, sub), sub, home=rest_of(sub)))
-        for sub in _subsets(gr, nodes):
+        for sub in _subsets(gr, nodes, cpu=bool(gr.is_cpu[d])):
             rest = _remove(calls, k, sub)
             yield from ((c, k, sub) for c in _destinations(gr, rest, sub, home=rest_of(sub)))
     for k in range(len(calls)):  # reorder two calls of a device
