@@ -34,7 +34,7 @@ def test_moves_beat_the_gnmt_incumbent():
     p = gnmt_problem()
     start = placement([(0, [50]), (1, [*range(0, 33)]), (2, [*range(33, 50), 51]), (3, [*range(52, 99)])], p.num_nodes)
     assert round(evaluate(p, start).objective * 1e3, 2) == 84.32
-    sol, found = improve(p, start, budget=8000)
+    sol, found = improve(p, start, budget=5000)
     ev = evaluate(p, sol)
     assert found >= 1 and ev.feasible
     assert ev.objective <= 0.08216
