@@ -5,6 +5,7 @@ same plan for the same inputs."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, Stage, Status
@@ -28,6 +29,7 @@ def gnmt_problem() -> Problem:
     return Problem.from_graph(g, net_topology(g, 4, fill=0.7), objective="latency", max_subgraphs=2, contiguous=False)
 
 
+@pytest.mark.slow
 def test_moves_beat_the_gnmt_incumbent():
     """The IP's (and the polished split's) 84.32 ms: the encoder on one call after the embedding. The
     moves put the embedding and one encoder chain in calls of their own (hand placement: 82.16 ms)."""
