@@ -58,6 +58,7 @@ from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
 from .data import MEMORY_MARGIN, PROBE_SECONDS, LatencyData, charge_levels, interchangeable_devices, prepare
 from .extract import extract
+from .moves import MIN_NODES as MOVES_MIN_NODES
 from .moves import improve, moves_budget
 from .report import NAME, _certificate_fields, _interrupted
 from .search import neighbourhood_search
@@ -70,9 +71,6 @@ LNS_MIN_NODES = 60  # below this the MIP alone is fast enough
 LNS_SHARE = 0.5  # share of the time the full MIP gets before neighbourhood search takes over
 PROBE_SHARE = 0.1  # share of the time limit the probing lower bound may take
 BASELINE_SHARE = 0.5  # share of the time limit the start methods may use (all of them together)
-MOVES_END_SHARE = 0.6  # the call moves from the start stop by this share of the time limit ...
-MOVES_MIN_SHARE = 0.1  # ... or after this share, when the start methods took long (the LNS carries on)
-MOVES_MIN_NODES = 60  # below this the MIP itself finds what the call moves would
 BUILD_FLOOR_S = 2.0  # the model build may always take this long (a fixed start-up, like the backend's)
 MAX_TABLE_CELLS = 50_000_000  # crossing values x devices²: beyond, the model's dense tables alone take GBs
 
@@ -441,9 +439,9 @@ class LatencyIP:
         if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
         polished = start_latency  # the call moves ran to their end from this latency (None: cut short)
-        if start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES:
-            moves_end = max(t0 + MOVES_END_SHARE * options.time_limit,
-                            time.perf_counter() + MOVES_MIN_SHARE * options.time_limit)
+        moves_end = t0 + BASELINE_SHARE * options.time_limit  # the model build keeps the time it had
+        if (start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES
+                and time.perf_counter() < moves_end - 1.0):
             try:  # call moves (a producer or a branch in a call of its own): the MIP's start and horizon
                 moved, found = improve(problem, start, budget=moves_budget(problem, options.time_limit),
                                        deadline=moves_end)
@@ -455,7 +453,7 @@ class LatencyIP:
                              f"ms from {start_name}")
                 start, start_name = moved, f"call moves from {start_name}"
                 start_latency = evaluate(problem, start).objective
-            polished = start_latency if time.perf_counter() < moves_end else None
+        polished = start_latency if time.perf_counter() < moves_end else None  # else the LNS starts with them
         cells = len(crossings(problem.graph, np.arange(problem.num_nodes)).values) * problem.num_devices ** 2
         if cells > MAX_TABLE_CELLS and start is not None and start_latency is not None:
             # numpy builds these tables in single calls that no time box can interrupt

@@ -34,7 +34,7 @@ import numpy as np
 from planmap.evaluate import evaluate
 from planmap.problem import Certificate, Problem, Solution, Stage, Status
 
-__all__ = ["improve", "calls_of", "moves_budget"]
+__all__ = ["improve", "calls_of", "moves_budget", "MIN_NODES"]
 
 MAX_CUTS = 24  # prefix/suffix cut points tried per call (evenly spread over larger calls)
 MAX_SPAN = 4  # blocks in one run of CPU nodes moved together
@@ -43,6 +43,7 @@ EVAL_BUDGET = 20_000  # evaluations per improve() call (deterministic stop)
 KICK_BUDGET = 2_000  # evaluations of one descent from a compound move
 MOVES_SHARE = 0.2  # share of a time limit the moves' evaluation budget is sized for
 EVALS_PER_NODE_SECOND = 100_000  # evaluations a second x nodes (evaluate's cost grows with the graph)
+MIN_NODES = 60  # smaller graphs: the MIP itself finds what the moves would (the solver skips them)
 MAX_NODES = 2_000  # larger graphs: no moves (the reachability table is n x n)
 
 Calls = list[tuple[int, np.ndarray]]  # (device, sorted node ids), accelerator calls in device run order

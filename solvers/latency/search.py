@@ -20,7 +20,7 @@ from planmap.problem import Problem, Solution, SolveOptions
 
 from .data import LatencyData
 from .extract import extract, unit_of
-from .moves import improve, moves_budget
+from .moves import MIN_NODES, improve, moves_budget
 from .start import load_warm_start
 
 __all__ = ["neighbourhood_search"]
@@ -73,7 +73,7 @@ def neighbourhood_search(session, model, problem: Problem, incumbent: Solution, 
     deadline = t0 + options.time_limit
     moved = 0
     while deadline - time.perf_counter() > 2.0:
-        if polished is None or best_val < polished * (1 - 1e-9):
+        if problem.num_nodes >= MIN_NODES and (polished is None or best_val < polished * (1 - 1e-9)):
             polished = best_val
             sol, found = improve(problem, best, budget=moves_budget(problem, MOVES_ROUND_SHARE * options.time_limit),
                                  deadline=deadline - 2.0)
