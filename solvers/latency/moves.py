@@ -57,7 +57,7 @@ def calls_of(problem: Problem, solution: Solution) -> Calls:
 
 def _solution(problem: Problem, calls: Calls) -> Solution:
     a = np.empty(problem.num_nodes, np.int32)
-    stages = []
+    stages: list[Stage] = []
     for d, nodes in calls:
         if len(nodes):
             a[nodes] = len(stages)
@@ -172,7 +172,7 @@ class _Graph:
             return []
         out = []
         for h in heads:
-            others = r[[o for o in heads if o != h]].any(axis=0)
+            others = np.asarray(r[[o for o in heads if o != h]].any(axis=0), bool)
             only = nodes[r[h, nodes] & ~others[nodes]]
             if len(only):
                 out.append(only)
@@ -334,9 +334,10 @@ def _fan_out(gr: _Graph, sc: _Scorer, calls: Calls, k: int, v: int) -> tuple[Cal
     post = nodes[gr.reach()[v, nodes] & ~np.isin(nodes, spread) & (nodes != v)]
     state, val = calls, np.inf
     if len(post):
-        state, val = _best_of(sc, _destinations(gr, _remove(calls, k, post), post, home=np.setdiff1d(nodes, post)))
-        if state is None:
+        first, val = _best_of(sc, _destinations(gr, _remove(calls, k, post), post, home=np.setdiff1d(nodes, post)))
+        if first is None:
             return None, np.inf
+        state = first
     for b in branches[1:]:
         j = _at(state, int(b[0]))
         moved, mval = _best_of(sc, _destinations(gr, _remove(state, j, b), b, home=np.setdiff1d(state[j][1], b)))
