@@ -73,3 +73,7 @@ def test_moves_keep_an_optimal_or_infeasible_start():
     best, found = improve(p, sol)
     assert found == 0 and best is sol  # a local optimum is returned as it is
     assert len(calls_of(p, sol)) == sol.compact().num_stages
+    two_calls = placement([(1, [0, 1, 2]), (1, [3, 4, 5])], p.num_nodes)  # two calls on one accelerator, q = 1
+    assert not evaluate(p, two_calls).feasible
+    same, found = improve(p, two_calls)
+    assert found == 0 and same is two_calls  # nothing to start from: returned untouched
