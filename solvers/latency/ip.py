@@ -58,6 +58,8 @@ from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
 from .data import MEMORY_MARGIN, PROBE_SECONDS, LatencyData, charge_levels, interchangeable_devices, prepare
 from .extract import extract
+from .moves import MIN_NODES as MOVES_MIN_NODES
+from .moves import improve, moves_budget
 from .report import NAME, _certificate_fields, _interrupted
 from .search import neighbourhood_search
 from .start import canonical, load_warm_start
@@ -436,6 +438,22 @@ class LatencyIP:
         start_latency = evaluate(problem, start).objective if start is not None else None
         if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
+        polished = start_latency  # the call moves ran to their end from this latency (None: cut short)
+        moves_end = t0 + BASELINE_SHARE * options.time_limit  # the model build keeps the time it had
+        if (start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES
+                and time.perf_counter() < moves_end - 1.0):
+            try:  # call moves (a producer or a branch in a call of its own): the MIP's start and horizon
+                moved, found = improve(problem, start, budget=moves_budget(problem, options.time_limit),
+                                       deadline=moves_end)
+            except KeyboardInterrupt:
+                return _interrupted(start, start_latency, start_name, notes + ["interrupted during the call moves"],
+                                    time.perf_counter() - t0)
+            if found:
+                notes.append(f"call moves: {start_latency * 1e3:.4g} -> {evaluate(problem, moved).objective * 1e3:.4g} "
+                             f"ms from {start_name}")
+                start, start_name = moved, f"call moves from {start_name}"
+                start_latency = evaluate(problem, start).objective
+        polished = start_latency if time.perf_counter() < moves_end else None  # else the LNS starts with them
         cells = len(crossings(problem.graph, np.arange(problem.num_nodes)).values) * problem.num_devices ** 2
         if cells > MAX_TABLE_CELLS and start is not None and start_latency is not None:
             # numpy builds these tables in single calls that no time box can interrupt
@@ -474,7 +492,8 @@ class LatencyIP:
         ip_sol = extract(model, problem) if result.has_solution else None
         if (session is not None and ip_sol is not None and result.status == Status.TIME_LIMIT
                 and t0 + options.time_limit - time.perf_counter() > 3.0):
-            ip_sol, lns_note, stopped = neighbourhood_search(session, model, problem, ip_sol, options, result.bound, t0)
+            ip_sol, lns_note, stopped = neighbourhood_search(session, model, problem, ip_sol, options,
+                                                                result.bound, t0, polished=polished)
             notes.append(lns_note)
             if stopped:
                 result = replace(result, status=Status.INTERRUPTED, termination="Interrupted by user")

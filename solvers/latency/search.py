@@ -20,9 +20,12 @@ from planmap.problem import Problem, Solution, SolveOptions
 
 from .data import LatencyData
 from .extract import extract, unit_of
+from .moves import MIN_NODES, improve, moves_budget
 from .start import load_warm_start
 
 __all__ = ["neighbourhood_search"]
+
+MOVES_ROUND_SHARE = 0.25  # the call moves' budget after an improvement, as a share of the time limit
 
 
 def _neighbourhood(dt: LatencyData, unit_of: np.ndarray, r: int) -> np.ndarray:
@@ -45,10 +48,12 @@ def _neighbourhood(dt: LatencyData, unit_of: np.ndarray, r: int) -> np.ndarray:
 
 
 def neighbourhood_search(session, model, problem: Problem, incumbent: Solution, options: SolveOptions,
-                         bound: float | None, t0: float) -> tuple[Solution, str, bool]:
+                         bound: float | None, t0: float, polished: float | None = None) -> tuple[Solution, str, bool]:
     """Improve ``incumbent`` until the time limit by re-solving the MIP with most nodes fixed where
-    they are (large-neighbourhood search). Sub-MIP bounds are not global bounds: progress reports
-    keep the full MIP's ``bound``."""
+    they are (large-neighbourhood search), alternating with the call moves of :mod:`.moves` whenever
+    the incumbent is one they have not started from (``polished``: the latency of a placement they
+    already did); what they find is the next round's warm start. Sub-MIP bounds are not global
+    bounds: progress reports keep the full MIP's ``bound``."""
     dt: LatencyData = model.data
     x_of: list[list[Any]] = [[] for _ in range(dt.n)]  # Pyomo variables
     for (v, _), var in model.x.items():
@@ -66,7 +71,17 @@ def neighbourhood_search(session, model, problem: Problem, incumbent: Solution, 
     bound_s = bound
     rounds = improved = 0
     deadline = t0 + options.time_limit
+    moved = 0
     while deadline - time.perf_counter() > 2.0:
+        if problem.num_nodes >= MIN_NODES and (polished is None or best_val < polished * (1 - 1e-9)):
+            polished = best_val
+            sol, found = improve(problem, best, budget=moves_budget(problem, MOVES_ROUND_SHARE * options.time_limit),
+                                 deadline=deadline - 2.0)
+            if found:
+                best, best_val, moved = sol, evaluate(problem, sol).objective, moved + 1
+                polished = best_val
+                report(elapsed=time.perf_counter() - t0, incumbent=best_val)
+            continue
         if not load_warm_start(model, problem, best):
             break
         free = _neighbourhood(dt, unit_of(model), rounds)
@@ -85,5 +100,6 @@ def neighbourhood_search(session, model, problem: Problem, incumbent: Solution, 
             if ev.feasible and ev.objective < best_val * (1 - 1e-9):
                 best, best_val, improved = sol, ev.objective, improved + 1
         if res.interrupted:
-            return best, f"neighbourhood search: {improved} improvement(s) in {rounds} round(s), interrupted", True
-    return best, f"neighbourhood search: {improved} improvement(s) in {rounds} round(s)", False
+            return best, f"neighbourhood search: {improved} improvement(s) in {rounds} round(s), " \
+                         f"{moved} from call moves, interrupted", True
+    return best, f"neighbourhood search: {improved} improvement(s) in {rounds} round(s), {moved} from call moves", False
