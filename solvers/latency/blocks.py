@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from planmap.problem import Certificate, Solution, Stage, Status
+from planmap.problem import Solution, Stage
 
-__all__ = ["cut_nodes", "block_plan", "block_lower_bound", "block_start", "placement_of", "BlockPlan", "BLOCK_MAX"]
+__all__ = ["cut_nodes", "block_plan", "block_lower_bound", "placement_of", "BlockPlan", "BLOCK_MAX"]
 
 BLOCK_MAX = 5  # most nodes strictly between two cut nodes (labellings grow like the Bell numbers)
 MAX_NODES = 5000  # larger graphs are skipped (a chain of 3,000 nodes, every node a cut node, takes 1 s)
@@ -456,17 +456,3 @@ def placement_of(problem, labels: np.ndarray, certificate) -> Solution | None:
         stages.append(Stage((d,)))
     return Solution(assignment, tuple(stages), certificate)
 
-
-def block_start(problem) -> Solution | None:
-    """The DP's best labelling as a placement (:func:`placement_of`), for a solver to start from; None when
-    the graph is skipped, the labelling was merged away, or no device takes a call. Check it with
-    :func:`planmap.evaluate.evaluate`: the DP relaxes memory sharing and device contention."""
-    from .data import _own_bytes, prepare
-
-    dt = prepare(problem, bounds=False)
-    plan = block_plan(dt.t, dt.allowed, problem.topology.is_cpu, dt.q, dt.edges, dt.val_prod, dt.pair_val,
-                      dt.pair_cons, dt.recv, dt.send, _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes),
-                      dt.working_set, dt.capacity)
-    if plan is None or plan.labels is None or not np.isfinite(plan.bound):
-        return None
-    return placement_of(problem, plan.labels, Certificate(Status.HEURISTIC, "cut-node block DP"))

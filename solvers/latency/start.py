@@ -14,11 +14,12 @@ from dataclasses import replace
 import numpy as np
 
 from planmap.evaluate import evaluate
-from planmap.problem import Problem, Solution, Stage
+from planmap.problem import Certificate, Problem, Solution, Stage, Status
 
-from .data import MEMORY_MARGIN, LatencyData
+from .blocks import block_plan, placement_of
+from .data import MEMORY_MARGIN, LatencyData, _own_bytes, prepare
 
-__all__ = ["canonical", "load_warm_start"]
+__all__ = ["canonical", "load_warm_start", "block_start"]
 
 
 def _slots_of(problem: Problem, dt: LatencyData, solution: Solution) -> np.ndarray | None:
@@ -131,3 +132,16 @@ def load_warm_start(model, problem: Problem, solution: Solution) -> bool:
     for s in range(S):
         model.nonempty[s].set_value(float(X[:, s].any()))
     return True
+
+
+def block_start(problem) -> Solution | None:
+    """The DP's best labelling as a placement (:func:`.blocks.placement_of`), for a solver to start from; None when
+    the graph is skipped, the labelling was merged away, or no device takes a call. Check it with
+    :func:`planmap.evaluate.evaluate`: the DP relaxes memory sharing and device contention."""
+    dt = prepare(problem, bounds=False)
+    plan = block_plan(dt.t, dt.allowed, problem.topology.is_cpu, dt.q, dt.edges, dt.val_prod, dt.pair_val,
+                      dt.pair_cons, dt.recv, dt.send, _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes),
+                      dt.working_set, dt.capacity)
+    if plan is None or plan.labels is None or not np.isfinite(plan.bound):
+        return None
+    return placement_of(problem, plan.labels, Certificate(Status.HEURISTIC, "cut-node block DP"))

@@ -11,8 +11,9 @@ pytest.importorskip("pyomo")
 pytest.importorskip("highspy")
 
 from planmap.evaluate import evaluate  # noqa: E402
-from planmap.solvers.latency.blocks import block_plan, block_start, cut_nodes  # noqa: E402
+from planmap.solvers.latency.blocks import block_plan, cut_nodes  # noqa: E402
 from planmap.solvers.latency.data import _own_bytes, prepare  # noqa: E402
+from planmap.solvers.latency.start import block_start  # noqa: E402
 from planmap.workloads.graphs import paper_topology, profiled_graph  # noqa: E402
 from tests.solvers.latency.cases import optimum, problem  # noqa: E402
 from tests.solvers.latency.test_cuts import any_instance, fork_join_instance  # noqa: E402
