@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .cuts import _closures
+
 __all__ = ["articulation_chain", "tower_bound", "TOWER_BUCKETS"]
 
 TOWER_BUCKETS = 4096  # memory resolution per accelerator (the DP holds chain x devices x buckets numbers)
@@ -69,18 +71,11 @@ def articulation_chain(n: int, src: np.ndarray, dst: np.ndarray, desc: list[int]
     return chain
 
 
-def _closures(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[list[int], list[int], list[list[int]]]:
+def _predecessors(n: int, src: np.ndarray, dst: np.ndarray) -> list[list[int]]:
     preds: list[list[int]] = [[] for _ in range(n)]
     for a, b in zip(src.tolist(), dst.tolist(), strict=True):
         preds[b].append(a)
-    anc, desc = [0] * n, [0] * n
-    for v in range(n):
-        for p in preds[v]:
-            anc[v] |= anc[p] | (1 << p)
-    for v in range(n - 1, -1, -1):
-        for p in preds[v]:
-            desc[p] |= desc[v] | (1 << v)
-    return anc, desc, preds
+    return preds
 
 
 def _bits(x: int) -> list[int]:
@@ -258,7 +253,8 @@ def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
     ``working_set`` (n,) bytes live while a node runs (a call holds its largest on top of its nodes' own)."""
     n, D = t.shape
     src, dst = (np.asarray(e, np.int64) for e in edges)
-    anc, desc, preds = _closures(n, src, dst)
+    preds = _predecessors(n, src, dst)
+    anc, desc = _closures(preds)
     chain = articulation_chain(n, src, dst, desc)
     if len(chain) < 2:
         return 0.0

@@ -42,9 +42,10 @@ def wide_dag(n: int, seed: int, p: float = 0.35, training: bool = False):
     return with_backward_twins(edges, cpu, acc, comm, size, out)
 
 
-def with_backward_twins(edges, cpu, acc, comm, size, out):
+def with_backward_twins(edges, cpu, acc, comm, size, out, layer=None):
     """A training graph of a profiled forward DAG, like the paper's: node ``i`` gets the backward twin
-    ``2n-1-i`` (twice the time, same class) that reads ``i``'s output; gradients flow back."""
+    ``2n-1-i`` (twice the time, same class) that reads ``i``'s output; gradients flow back. ``layer``: the
+    forward nodes' layer ids (the backward twins are in none)."""
     n = len(cpu)
     N = 2 * n
     back_edges = [(N - 1 - v, N - 1 - u) for u, v in edges] + [(i, N - 1 - i) for i in range(n)]
@@ -52,7 +53,8 @@ def with_backward_twins(edges, cpu, acc, comm, size, out):
     return profiled_graph(sorted(set(edges + back_edges)), mirror(cpu, 2), mirror(acc, 2), mirror(comm),
                           size=np.concatenate([size, np.zeros(n)]), out_bytes=mirror(out).astype(np.int64),
                           colocation=np.concatenate([np.arange(n), np.arange(n)[::-1]]),
-                          backward=np.concatenate([np.zeros(n, bool), np.ones(n, bool)]))
+                          backward=np.concatenate([np.zeros(n, bool), np.ones(n, bool)]),
+                          layer=None if layer is None else np.concatenate([layer, np.full(n, -1)]))
 
 
 def small_layers(n: int, seed: int) -> Layers:
@@ -403,14 +405,7 @@ def layered_training(n: int, seed: int, per_layer: int = 2):
     comm = rng.lognormal(np.log(0.3), 0.5, n)
     size = rng.lognormal(0, 0.5, n) * 1e5
     out = (rng.lognormal(0, 0.5, n) * 1e6).astype(np.int64)
-    N = 2 * n
-    back_edges = [(N - 1 - v, N - 1 - u) for u, v in edges] + [(i, N - 1 - i) for i in range(n)]
-    mirror = lambda a, r=1.0: np.concatenate([a, a[::-1] * r])  # noqa: E731
-    return profiled_graph(sorted(set(edges + back_edges)), mirror(cpu, 2), mirror(acc, 2), mirror(comm),
-                          size=np.concatenate([size, np.zeros(n)]), out_bytes=mirror(out).astype(np.int64),
-                          colocation=np.concatenate([np.arange(n), np.arange(n)[::-1]]),
-                          backward=np.concatenate([np.zeros(n, bool), np.ones(n, bool)]),
-                          layer=np.concatenate([np.arange(n) // per_layer, np.full(n, -1)]))
+    return with_backward_twins(edges, cpu, acc, comm, size, out, layer=np.arange(n) // per_layer)
 
 
 def evaluate_all_choices(p: Problem) -> float:
