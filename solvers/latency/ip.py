@@ -438,7 +438,6 @@ class LatencyIP:
         start_latency = evaluate(problem, start).objective if start is not None else None
         if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
-        polished = start_latency  # the call moves ran to their end from this latency (None: cut short)
         moves_end = t0 + BASELINE_SHARE * options.time_limit  # the model build keeps the time it had
         if (start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES
                 and time.perf_counter() < moves_end - 1.0):
@@ -449,11 +448,11 @@ class LatencyIP:
                 return _interrupted(start, start_latency, start_name, notes + ["interrupted during the call moves"],
                                     time.perf_counter() - t0)
             if found:
-                notes.append(f"call moves: {start_latency * 1e3:.4g} -> {evaluate(problem, moved).objective * 1e3:.4g} "
-                             f"ms from {start_name}")
-                start, start_name = moved, f"call moves from {start_name}"
-                start_latency = evaluate(problem, start).objective
-        polished = start_latency if time.perf_counter() < moves_end else None  # else the LNS starts with them
+                moved_latency = evaluate(problem, moved).objective
+                notes.append(f"call moves: {start_latency * 1e3:.4g} -> {moved_latency * 1e3:.4g} ms from {start_name}")
+                start, start_name, start_latency = moved, f"call moves from {start_name}", moved_latency
+        # the latency the call moves ran to their end from; None (cut short): the LNS starts with them
+        polished = start_latency if time.perf_counter() < moves_end else None
         cells = len(crossings(problem.graph, np.arange(problem.num_nodes)).values) * problem.num_devices ** 2
         if cells > MAX_TABLE_CELLS and start is not None and start_latency is not None:
             # numpy builds these tables in single calls that no time box can interrupt
