@@ -1,0 +1,389 @@
+"""A warm start that walks the articulation chain: a DP over where each segment's towers and concat run.
+
+Between two consecutive articulation nodes ``a`` and ``b`` (:func:`.towers.articulation_chain`) lies a
+segment ``M``: the towers (weakly connected components of ``desc(a) ∩ anc(b)``) and ``b``. On the
+paper-style Inception-v3 layer graph transfers dominate (a concat's send and receive cost 16-45 ms, a
+module computes in 1.5-5.6 ms on an accelerator) and memory forces at least seven cuts, so where the
+calls are cut decides the latency. The split DP (:mod:`.splits`) cuts one topological order into
+contiguous pieces; it cannot cut a module's towers at their cheap inner values, nor use the CPU, whose
+nodes are units of their own (independent towers run in parallel there and a CPU end pays no transfer).
+
+Here every segment chooses one of:
+
+* ``b`` in ``a``'s call: the call grows by the whole segment;
+* ``b`` in a new call ``C'`` on a fresh accelerator: each tower lies wholly in ``C'``, wholly in ``a``'s
+  call ``C``, on the CPU (``C'`` waits for it and receives its outputs), or, for a chain tower, cut after
+  any of its nodes (the prefix in ``C``, the suffix in ``C'``, the cut value sent and received once);
+* ``b`` on the CPU: each tower in ``C``, on the CPU, or cut between the two.
+
+Each choice shifts the chain point of ``b`` (its call's start, receives and compute up to it; its finish
+on the CPU) by a constant given the kind of ``a``'s unit, so the DP over (chain node, unit kind, number
+of calls, memory held by the open call) is a shortest path. Costs are those of one representative
+accelerator pair and the CPU, the memory of a call is its nodes' own bytes plus its largest working set;
+the argmin of each final state is turned into a placement (call ``k`` on the ``k``-th accelerator, nodes
+off the chain placed with their producer or on the CPU) and :func:`planmap.evaluate.evaluate` decides.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from planmap.evaluate import evaluate
+from planmap.problem import Certificate, Problem, Solution, Status
+from planmap.vocabulary import ObjectiveKind
+
+from .cuts import _closures
+from .data import _own_bytes, prepare
+from .towers import _bits, _components, _predecessors, articulation_chain
+
+__all__ = ["chain_starts", "chain_plan"]
+
+MEM_BUCKETS = 64  # resolution of the open call's memory in the DP's states
+MAX_COMBOS = 20_000  # tower option combinations per segment (larger segments: fewer options)
+FINALS = 6  # best final states turned into placements
+
+_SAME, _NEW, _CPU = 0, 1, 2  # where b runs: a's call, a new call, the CPU
+
+
+class _Costs:
+    """Per-node charges of one representative accelerator pair (``A`` -> ``B``) and the CPU ``c``."""
+
+    def __init__(self, dt, own: np.ndarray, A: int, B: int, c: int | None):
+        n = dt.n
+        self.tA = np.where(np.isfinite(dt.t[:, A]), dt.t[:, A], np.inf)
+        self.tC = dt.t[:, c] if c is not None else np.full(n, np.inf)
+        self.own, self.ws = own, dt.working_set.astype(float)
+        used = np.zeros(len(dt.val_prod), bool)
+        used[dt.pair_val] = True
+        js = np.flatnonzero(used)
+        vp = dt.val_prod[js]
+        c_ = A if c is None else c
+
+        def per_node(x: np.ndarray, agg=np.add) -> np.ndarray:
+            out = np.zeros(n)
+            agg.at(out, vp, x)
+            return out
+        self.s_aa = per_node(dt.send[js, A, B])
+        self.r_aa = per_node(dt.recv[js, A, B])
+        self.s_ac = per_node(dt.send[js, A, c_])
+        self.r_ca = per_node(dt.recv[js, c_, A])
+        self.d_ac = per_node(dt.recv[js, A, c_], np.maximum)
+
+
+def _cpu_path(nodes: list[int], preds, tC: np.ndarray) -> float:
+    """Longest CPU path through ``nodes`` (ascending) once their outside inputs are on the CPU (every CPU
+    node is a unit of its own, so independent nodes run in parallel)."""
+    dist: dict[int, float] = {}
+    inside = set(nodes)
+    for v in nodes:
+        dist[v] = max((dist[p] for p in preds[v] if p in inside), default=0.0) + float(tC[v])
+    return max(dist.values(), default=0.0)
+
+
+def _tower_options(comp: list[int], a: int, b: int, preds, succs, k: _Costs, a_acc: bool, mode: int):
+    """Options of one tower as rows (tag, cut, memC, wsC, cmpC, sndC, memN, wsN, cmpN, recvN, needA_N,
+    needA_cpu, cpu_off, cpu_recvN) for ``b`` in a new call (``mode`` _NEW) or on the CPU (_CPU). ``cpu_off``
+    is, for _NEW, the CPU finish of a CPU part after ``a``'s value is on the CPU (-inf: none); for _CPU the
+    finish of the tower after ``C`` ends."""
+    order = sorted(comp)
+    inside = set(order) | {a, b}
+    chain = all([p for p in preds[v] if p in inside] == [order[i - 1] if i else a]
+                and [w for w in succs[v] if w in inside] == [order[i + 1] if i + 1 < len(order) else b]
+                for i, v in enumerate(order))
+    exits = [v for v in order if b in succs[v]]
+    rows = []
+    ninf = -np.inf
+
+    def part(nodes):
+        return (float(k.own[nodes].sum()) if nodes else 0.0, float(k.ws[nodes].max()) if nodes else 0.0,
+                float(k.tA[nodes].sum()) if nodes else 0.0)
+    cuts = range(1, len(order)) if chain else range(0)
+    if mode == _NEW:
+        m, w, c = part(order)
+        rows.append(("next", 0, 0, 0, 0, 0, m, w, c, 0, 1, 0, ninf, 0))
+        if a_acc:
+            rows.append(("prev", len(order), m, w, c, k.s_aa[exits].sum(), 0, 0, 0, k.r_aa[exits].sum(), 0, 0, ninf,
+                         0))
+            for j in cuts:
+                u = order[j - 1]
+                mc, wc, cc = part(order[:j])
+                mn, wn, cn = part(order[j:])
+                rows.append(("cut", j, mc, wc, cc, k.s_aa[u], mn, wn, cn, k.r_aa[u], 0, 0, ninf, 0))
+        if np.isfinite(k.tC[order]).all():
+            d = k.d_ac[a] if a_acc else 0.0
+            rows.append(("cpu", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, d + _cpu_path(order, preds, k.tC),
+                         k.r_ca[exits].sum()))
+        return rows
+    # b on the CPU: a's call C ends after its share of the towers; each CPU part starts when C has sent
+    if np.isfinite(k.tC[order]).all():
+        d = k.d_ac[a] if a_acc else 0.0
+        rows.append(("cpu", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, d + _cpu_path(order, preds, k.tC), 0))
+    if a_acc:
+        m, w, c = part(order)
+        rows.append(("prev", len(order), m, w, c, k.s_ac[exits].sum(), 0, 0, 0, 0, 0, 0,
+                     float(k.d_ac[exits].max()), 0))
+        for j in cuts:
+            u = order[j - 1]
+            mc, wc, cc = part(order[:j])
+            if np.isfinite(k.tC[order[j:]]).all():
+                rows.append(("cut", j, mc, wc, cc, k.s_ac[u], 0, 0, 0, 0, 0, 0,
+                             k.d_ac[u] + _cpu_path(order[j:], preds, k.tC), 0))
+    return rows
+
+
+_SUM = (2, 4, 5, 6, 8, 9, 13)  # columns of a tower option summed over a segment's towers
+_MAX = (3, 7, 12)  # columns maxed
+_ANY = (10, 11)  # flags
+
+
+def _combos(rows_per_tower: list[list[tuple]]) -> tuple[np.ndarray, list[tuple]]:
+    """Every combination of the towers' options, as (combos, 14) aggregated numbers and the option tuples
+    (tag, cut) per tower; cut options thinned (evenly) while there are more than ``MAX_COMBOS``."""
+    rows = [list(r) for r in rows_per_tower]
+    while int(np.prod([len(r) for r in rows])) > MAX_COMBOS:
+        i = int(np.argmax([sum(x[0] == "cut" for x in r) for r in rows]))
+        cuts = [x for x in rows[i] if x[0] == "cut"]
+        if not cuts:
+            break
+        rows[i] = [x for x in rows[i] if x[0] != "cut"] + cuts[1::2]
+    num = [np.array([x[2:] for x in r], float).reshape(len(r), 12) for r in rows]
+    idx = np.array(list(itertools.product(*[range(len(r)) for r in rows])), np.int64).reshape(
+        int(np.prod([len(r) for r in rows])), len(rows))
+    agg = np.zeros((len(idx), 14))
+    agg[:, list(_MAX)] = -np.inf
+    for i, arr in enumerate(num):
+        pick = arr[idx[:, i]]
+        full = np.zeros((len(idx), 14))
+        full[:, 2:] = pick
+        agg[:, list(_SUM)] += full[:, list(_SUM)]
+        agg[:, list(_MAX)] = np.maximum(agg[:, list(_MAX)], full[:, list(_MAX)])
+        agg[:, list(_ANY)] = np.maximum(agg[:, list(_ANY)], full[:, list(_ANY)])
+    tags = [tuple((rows[i][j][0], rows[i][j][1]) for i, j in enumerate(r)) for r in idx.tolist()]
+    return agg, tags
+
+
+def _shift(agg: np.ndarray, a: int, b: int, k: _Costs, a_acc: bool, mode: int, direct: bool):
+    """(K, memC, wsC, memN, wsN) per combination: ``pi(b) = pi(a) + K``; ``memC``/``wsC`` what ``a``'s call
+    adds (own bytes, largest working set), ``memN``/``wsN`` the new call's (``b`` in it)."""
+    memC, wsC, cmpC, sndC, memN, wsN, cmpN, recvN = (agg[:, i] for i in (2, 3, 4, 5, 6, 7, 8, 9))
+    needN, needCpu, cpu_off, cpu_recv = agg[:, 10] > 0, agg[:, 11] > 0, agg[:, 12], agg[:, 13]
+    if mode == _NEW:
+        needN = needN | direct
+        if a_acc:
+            sendA = np.maximum(np.where(needN, k.s_aa[a], 0.0), np.where(needCpu, k.s_ac[a], 0.0))
+            start = cmpC + sndC + sendA + np.maximum(cpu_off, 0.0)
+            recv = np.where(needN, k.r_aa[a], 0.0) + recvN + cpu_recv
+        else:
+            start = np.maximum(cpu_off, 0.0)
+            recv = np.where(needN, k.r_ca[a], 0.0) + cpu_recv
+        K = start + recv + cmpN + k.tA[b]
+        return K, memC, wsC, memN + k.own[b], np.maximum(wsN, k.ws[b])
+    if a_acc:
+        needCpu = needCpu | direct
+        cfin = cmpC + sndC + np.where(needCpu, k.s_ac[a], 0.0)
+        K = cfin + np.maximum(np.maximum(cpu_off, k.d_ac[a] if direct else 0.0), 0.0) + k.tC[b]
+    else:
+        K = np.maximum(cpu_off, 0.0) + k.tC[b]
+    return K, memC, wsC, np.zeros(len(K)), np.zeros(len(K))
+
+
+class _State:
+    __slots__ = ("pi", "mem", "ws", "calls", "acc", "back")
+
+    def __init__(self, pi: float, mem: float, ws: float, calls: int, acc: bool, back):
+        self.pi, self.mem, self.ws, self.calls, self.acc, self.back = pi, mem, ws, calls, acc, back
+
+
+def _keep(cands: list[_State], cap: float, max_calls: int) -> list[_State]:
+    """The states worth keeping: the fastest per (kind, calls, memory bucket), then those no state of the
+    same kind with no more calls and no more memory (bucket) beats."""
+    best: dict[tuple[bool, int, int], _State] = {}
+    for s in cands:
+        if s.calls > max_calls or not np.isfinite(s.pi):
+            continue
+        key = (s.acc, s.calls, int(np.ceil(s.mem / cap * MEM_BUCKETS)) if s.acc else 0)
+        if key not in best or s.pi < best[key].pi:
+            best[key] = s
+    out = []
+    for kind in (False, True):
+        G = np.full((max_calls + 1, MEM_BUCKETS + 2), np.inf)
+        for (acc, c, m), s in best.items():
+            if acc == kind:
+                G[c, m] = s.pi
+        P = np.minimum.accumulate(np.minimum.accumulate(G, axis=0), axis=1)
+        above = np.vstack([np.full((1, G.shape[1]), np.inf), P[:-1]])
+        left = np.hstack([np.full((G.shape[0], 1), np.inf), P[:, :-1]])
+        for (acc, c, m), s in sorted(best.items()):
+            if acc == kind and s.pi < min(above[c, m], left[c, m]):
+                out.append(s)
+    return out
+
+
+def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, succs, k: _Costs, cap: float,
+          max_calls: int) -> list[_State]:
+    """The states of ``b`` from those of ``a`` over every choice of the segment between them."""
+    M = sorted(set().union(*comps) | {b}) if comps else [b]
+    direct = a in preds[b]
+    tM, mM, wM = float(k.tA[M].sum()), float(k.own[M].sum()), float(k.ws[M].max())
+    variants = {}
+    for a_acc in (False, True):
+        for mode in (_NEW, _CPU):
+            if mode == _CPU and not np.isfinite(k.tC[b]):
+                continue
+            rows = [_tower_options(c, a, b, preds, succs, k, a_acc, mode) for c in comps]
+            if any(not r for r in rows):
+                continue
+            agg, tags = _combos(rows)
+            variants[a_acc, mode] = (_shift(agg, a, b, k, a_acc, mode, direct), tags)
+    out: list[_State] = []
+    for si, s in enumerate(states):
+        if s.acc and np.isfinite(tM) and s.mem + mM + max(s.ws, wM) <= cap:
+            out.append(_State(s.pi + tM, s.mem + mM, max(s.ws, wM), s.calls, True, (si, _SAME, None)))
+        for mode in (_NEW, _CPU):
+            if (s.acc, mode) not in variants:
+                continue
+            (K, memC, wsC, memN, wsN), tags = variants[s.acc, mode]
+            ok = np.isfinite(K) & ((s.mem + memC + np.maximum(s.ws, wsC) <= cap) if s.acc else (memC == 0))
+            if mode == _NEW:
+                ok &= memN + wsN <= cap
+            idx = np.flatnonzero(ok)
+            if not len(idx):
+                continue
+            bucket = np.ceil(memN[idx] / cap * MEM_BUCKETS).astype(np.int64)
+            order = np.lexsort((idx, K[idx], bucket))
+            first = np.ones(len(order), bool)
+            first[1:] = bucket[order][1:] != bucket[order][:-1]
+            for i in idx[order[first]].tolist():
+                if mode == _NEW:
+                    out.append(_State(s.pi + K[i], memN[i], wsN[i], s.calls + 1, True, (si, mode, tags[i])))
+                else:
+                    out.append(_State(s.pi + K[i], 0.0, 0.0, s.calls, False, (si, mode, tags[i])))
+    return _keep(out, cap, max_calls)
+
+
+def _segments(n: int, chain: list[int], preds, anc, desc) -> list[list[list[int]]]:
+    """The towers (components) of each segment between consecutive chain nodes."""
+    return [_components(_bits(desc[a] & anc[b]), preds) for a, b in zip(chain[:-1], chain[1:], strict=True)]
+
+
+def _labels(n: int, chain: list[int], segs, layers: list[list[_State]], final: _State, anc, desc) -> np.ndarray:
+    """Unit of each node along ``final``'s route: call index ``>= 0`` or -1 for the CPU; -2 for nodes off the
+    chain's segments (placed by the caller)."""
+    lab = np.full(n, -2, np.int64)
+    s, i = final, len(chain) - 1
+    while i > 0:
+        si, mode, tags = s.back
+        prev = layers[i - 1][si]
+        a, b = chain[i - 1], chain[i]
+        cur, old = s.calls - 1, prev.calls - 1
+        if mode == _SAME:
+            for c in segs[i - 1]:
+                lab[c] = cur
+            lab[b] = cur
+        else:
+            lab[b] = cur if mode == _NEW else -1
+            rest = cur if mode == _NEW else -1
+            for comp, (tag, j) in zip(segs[i - 1], tags, strict=True):
+                order = sorted(comp)
+                if tag == "next":
+                    lab[order] = cur
+                elif tag == "cpu":
+                    lab[order] = -1
+                else:
+                    lab[order[:j]] = old
+                    lab[order[j:]] = rest
+        s, i = prev, i - 1
+    a0 = chain[0]
+    first = _bits(anc[a0]) + [a0]
+    lab[first] = s.calls - 1 if s.acc else -1
+    lab[_bits(desc[chain[-1]])] = lab[chain[-1]]
+    return lab
+
+
+def chain_plan(problem: Problem) -> list[tuple[float, np.ndarray]]:
+    """(the DP's latency in seconds, unit of each node as :func:`_labels`) of the best final states, fastest
+    first; empty when the graph has no articulation chain of three nodes or fewer than two accelerators."""
+    topo = problem.topology
+    accs = topo.accelerators
+    if problem.objective is not ObjectiveKind.LATENCY or len(accs) < 2 or problem.num_nodes < 3:
+        return []
+    dt = prepare(problem, bounds=False)
+    n = dt.n
+    if n != problem.num_nodes:
+        return []
+    src, dst = (np.asarray(e, np.int64) for e in dt.edges)
+    preds = _predecessors(n, src, dst)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for v in range(n):
+        for p in preds[v]:
+            succs[p].append(v)
+    anc, desc = _closures(preds)
+    chain = articulation_chain(n, src, dst, desc)
+    if len(chain) < 3:
+        return []
+    cpus = [int(c) for c in topo.cpus if dt.allowed[:, c].any()]
+    c = cpus[0] if cpus else None
+    own = _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes)
+    k = _Costs(dt, own, int(accs[0]), int(accs[1]), c)
+    cap = float(dt.capacity[accs].min()) * (1 - 1e-6)
+    max_calls = len(accs)
+    segs = _segments(n, chain, preds, anc, desc)
+    a0 = chain[0]
+    first = _bits(anc[a0]) + [a0]
+    init = []
+    if np.isfinite(k.tA[first]).all() and own[first].sum() + k.ws[first].max() <= cap:
+        init.append(_State(float(k.tA[first].sum()), float(own[first].sum()), float(k.ws[first].max()), 1, True,
+                           None))
+    if np.isfinite(k.tC[first]).all():
+        init.append(_State(_cpu_path(first, preds, k.tC), 0.0, 0.0, 0, False, None))
+    layers = [_keep(init, cap, max_calls)]
+    for i, (a, b) in enumerate(zip(chain[:-1], chain[1:], strict=True)):
+        layers.append(_step(layers[-1], a, b, segs[i], preds, succs, k, cap, max_calls))
+        if not layers[-1]:
+            return []
+    tail = _bits(desc[chain[-1]])
+    ends = []
+    for s in layers[-1]:
+        extra = float(k.tA[tail].sum()) if s.acc else _cpu_path(tail, preds, k.tC)
+        if s.acc and s.mem + float(own[tail].sum()) > cap:
+            continue
+        ends.append((s.pi + extra, s.calls, len(ends), s))
+    ends.sort(key=lambda e: e[:3])
+    return [(v * dt.time_scale, _labels(n, chain, segs, layers, s, anc, desc)) for v, _, _, s in ends[:FINALS]]
+
+
+def _placements(problem: Problem, lab: np.ndarray) -> list[np.ndarray]:
+    """Device of each node for one labelling: call ``k`` on the ``k``-th accelerator, CPU nodes on the first
+    CPU; nodes off the segments (a side head) with their producer's unit, or on the CPU."""
+    topo = problem.topology
+    accs = topo.accelerators
+    cpus = [int(c) for c in topo.cpus if problem.allowed[:, c].any()]
+    cpu = cpus[0] if cpus else int(accs[0])
+    out = []
+    preds = problem.graph.pred
+    for with_producer in (True, False):
+        lab2 = lab.copy()
+        for v in np.flatnonzero(lab2 == -2).tolist():  # ascending: a topological order
+            ps = preds[1][preds[0][v]: preds[0][v + 1]]
+            placed = [int(lab2[p]) for p in ps if lab2[p] != -2]
+            lab2[v] = max(placed) if with_producer and placed else -1
+        dev = np.where(lab2 >= 0, accs[np.clip(lab2, 0, len(accs) - 1)], cpu)
+        if not any(np.array_equal(dev, d) for d in out):
+            out.append(dev)
+    return out
+
+
+def chain_starts(problem: Problem) -> list[Solution]:
+    """The feasible placements of :func:`chain_plan`'s best routes (under :func:`planmap.evaluate.evaluate`),
+    fastest first."""
+    scored = []
+    for _, lab in chain_plan(problem):
+        for dev in _placements(problem, lab):
+            sol = Solution.from_devices(problem, dev, Certificate(Status.HEURISTIC, "articulation-chain DP"))
+            ev = evaluate(problem, sol)
+            if ev.feasible:
+                scored.append((ev.objective, len(scored), sol))
+    scored.sort(key=lambda x: x[:2])
+    return [s for _, _, s in scored]
