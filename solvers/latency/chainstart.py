@@ -111,10 +111,16 @@ def _tower_options(comp: list[int], a: int, b: int, preds, succs, k: _Costs, a_a
                 mc, wc, cc = part(order[:j])
                 mn, wn, cn = part(order[j:])
                 rows.append(("cut", j, mc, wc, cc, k.s_aa[u], mn, wn, cn, k.r_aa[u], 0, 0, ninf, 0))
+        d = k.d_ac[a] if a_acc else 0.0
         if np.isfinite(k.tC[order]).all():
-            d = k.d_ac[a] if a_acc else 0.0
             rows.append(("cpu", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, d + _cpu_path(order, preds, k.tC),
                          k.r_ca[exits].sum()))
+        for j in cuts:  # the prefix on the CPU (a CPU end pays no send), the suffix in C'
+            u = order[j - 1]
+            if np.isfinite(k.tC[order[:j]]).all():
+                mn, wn, cn = part(order[j:])
+                rows.append(("cpucut", j, 0, 0, 0, 0, mn, wn, cn, 0, 0, 1, d + _cpu_path(order[:j], preds, k.tC),
+                             k.r_ca[u]))
         return rows
     # b on the CPU: a's call C ends after its share of the towers; each CPU part starts when C has sent
     if np.isfinite(k.tC[order]).all():
@@ -222,7 +228,7 @@ def _keep(cands: list[_State], cap: float, max_calls: int) -> list[_State]:
 
 
 def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, succs, k: _Costs, cap: float,
-          max_calls: int) -> list[_State]:
+          max_calls: int, side: list[int] | None) -> list[_State]:
     """The states of ``b`` from those of ``a`` over every choice of the segment between them."""
     M = sorted(set().union(*comps) | {b}) if comps else [b]
     direct = a in preds[b]
@@ -260,7 +266,23 @@ def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, s
                     out.append(_State(s.pi + K[i], memN[i], wsN[i], s.calls + 1, True, (si, mode, tags[i])))
                 else:
                     out.append(_State(s.pi + K[i], 0.0, 0.0, s.calls, False, (si, mode, tags[i])))
-    return _keep(out, cap, max_calls)
+    return _keep(_with_side(out, b, side, k, cap), cap, max_calls)
+
+
+def _with_side(states: list[_State], b: int, side: list[int] | None, k: _Costs, cap: float) -> list[_State]:
+    """Each state of ``b`` with ``b``'s side branch (nodes off the chain that only ``b`` feeds: Inception's
+    auxiliary head) in ``b``'s call (its compute and memory added) or on the CPU (the call sends ``b``'s
+    value; a CPU ``b`` keeps it on the CPU): the choice is the last entry of ``back``."""
+    if not side:
+        return [_State(s.pi, s.mem, s.ws, s.calls, s.acc, (*s.back, False)) for s in states]
+    t_in, m_in, w_in = float(k.tA[side].sum()), float(k.own[side].sum()), float(k.ws[side].max())
+    out = []
+    for s in states:
+        if s.acc and np.isfinite(t_in) and s.mem + m_in + max(s.ws, w_in) <= cap:
+            out.append(_State(s.pi + t_in, s.mem + m_in, max(s.ws, w_in), s.calls, True, (*s.back, True)))
+        out.append(_State(s.pi + (float(k.s_ac[b]) if s.acc else 0.0), s.mem, s.ws, s.calls, s.acc,
+                          (*s.back, False)))
+    return out
 
 
 def _segments(n: int, chain: list[int], preds, anc, desc) -> list[list[list[int]]]:
@@ -268,13 +290,36 @@ def _segments(n: int, chain: list[int], preds, anc, desc) -> list[list[list[int]
     return [_components(_bits(desc[a] & anc[b]), preds) for a, b in zip(chain[:-1], chain[1:], strict=True)]
 
 
-def _labels(n: int, chain: list[int], segs, layers: list[list[_State]], final: _State, anc, desc) -> np.ndarray:
+def _side_branches(n: int, chain: list[int], segs, preds, anc, desc) -> dict[int, list[int]]:
+    """Chain node -> the nodes off every segment whose only outside producer it is (a side head), when no
+    node of the chain needs them."""
+    placed = np.zeros(n, bool)
+    placed[chain] = True
+    for comps in segs:
+        for c in comps:
+            placed[c] = True
+    placed[_bits(anc[chain[0]])] = True
+    placed[_bits(desc[chain[-1]])] = True
+    rest = np.flatnonzero(~placed).tolist()
+    on_chain = set(chain)
+    out: dict[int, list[int]] = {}
+    for comp in _components(rest, preds):
+        inside = set(comp)
+        feeds = {p for v in comp for p in preds[v] if p not in inside}
+        x = next(iter(feeds)) if len(feeds) == 1 else None
+        if x in on_chain:
+            out.setdefault(int(x), []).extend(sorted(comp))
+    return {x: sorted(v) for x, v in out.items()}
+
+
+def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers: list[list[_State]], final: _State,
+            anc, desc) -> np.ndarray:
     """Unit of each node along ``final``'s route: call index ``>= 0`` or -1 for the CPU; -2 for nodes off the
     chain's segments (placed by the caller)."""
     lab = np.full(n, -2, np.int64)
     s, i = final, len(chain) - 1
     while i > 0:
-        si, mode, tags = s.back
+        si, mode, tags, side_in = s.back
         prev = layers[i - 1][si]
         a, b = chain[i - 1], chain[i]
         cur, old = s.calls - 1, prev.calls - 1
@@ -291,9 +336,14 @@ def _labels(n: int, chain: list[int], segs, layers: list[list[_State]], final: _
                     lab[order] = cur
                 elif tag == "cpu":
                     lab[order] = -1
+                elif tag == "cpucut":
+                    lab[order[:j]] = -1
+                    lab[order[j:]] = cur
                 else:
                     lab[order[:j]] = old
                     lab[order[j:]] = rest
+        if b in sides:
+            lab[sides[b]] = lab[b] if side_in else -1
         s, i = prev, i - 1
     a0 = chain[0]
     first = _bits(anc[a0]) + [a0]
@@ -330,6 +380,7 @@ def chain_plan(problem: Problem) -> list[tuple[float, np.ndarray]]:
     cap = float(dt.capacity[accs].min()) * (1 - 1e-6)
     max_calls = len(accs)
     segs = _segments(n, chain, preds, anc, desc)
+    sides = _side_branches(n, chain, segs, preds, anc, desc)
     a0 = chain[0]
     first = _bits(anc[a0]) + [a0]
     init = []
@@ -340,7 +391,7 @@ def chain_plan(problem: Problem) -> list[tuple[float, np.ndarray]]:
         init.append(_State(_cpu_path(first, preds, k.tC), 0.0, 0.0, 0, False, None))
     layers = [_keep(init, cap, max_calls)]
     for i, (a, b) in enumerate(zip(chain[:-1], chain[1:], strict=True)):
-        layers.append(_step(layers[-1], a, b, segs[i], preds, succs, k, cap, max_calls))
+        layers.append(_step(layers[-1], a, b, segs[i], preds, succs, k, cap, max_calls, sides.get(b)))
         if not layers[-1]:
             return []
     tail = _bits(desc[chain[-1]])
@@ -351,7 +402,7 @@ def chain_plan(problem: Problem) -> list[tuple[float, np.ndarray]]:
             continue
         ends.append((s.pi + extra, s.calls, len(ends), s))
     ends.sort(key=lambda e: e[:3])
-    return [(v * dt.time_scale, _labels(n, chain, segs, layers, s, anc, desc)) for v, _, _, s in ends[:FINALS]]
+    return [(v * dt.time_scale, _labels(n, chain, segs, sides, layers, s, anc, desc)) for v, _, _, s in ends[:FINALS]]
 
 
 def _placements(problem: Problem, lab: np.ndarray) -> list[np.ndarray]:
