@@ -41,7 +41,7 @@ from .towers import _bits, _components, _predecessors, articulation_chain
 __all__ = ["chain_starts", "chain_plan"]
 
 MEM_BUCKETS = 64  # resolution of the open call's memory in the DP's states
-MAX_COMBOS = 20_000  # tower option combinations per segment (larger segments: fewer options)
+MAX_COMBOS = 200_000  # tower option combinations per segment (larger segments: fewer options)
 FINALS = 6  # best final states turned into placements
 
 _SAME, _NEW, _CPU = 0, 1, 2  # where b runs: a's call, a new call, the CPU
@@ -166,8 +166,26 @@ def _combos(rows_per_tower: list[list[tuple]]) -> tuple[np.ndarray, list[tuple]]
         agg[:, list(_SUM)] += full[:, list(_SUM)]
         agg[:, list(_MAX)] = np.maximum(agg[:, list(_MAX)], full[:, list(_MAX)])
         agg[:, list(_ANY)] = np.maximum(agg[:, list(_ANY)], full[:, list(_ANY)])
-    tags = [tuple((rows[i][j][0], rows[i][j][1]) for i, j in enumerate(r)) for r in idx.tolist()]
-    return agg, tags
+    return agg, (rows, idx)
+
+
+def _tags(table, i: int) -> tuple[tuple[str, int], ...]:
+    """(tag, cut) per tower of combination ``i`` of a :func:`_combos` table."""
+    rows, idx = table
+    return tuple((rows[t][j][0], rows[t][j][1]) for t, j in enumerate(idx[i].tolist()))
+
+
+def _representatives(shifted, cap: float) -> np.ndarray:
+    """Indices of the combinations worth trying: the least ``K`` per (memory bucket of ``a``'s call, of the new
+    call), ties to the lower index."""
+    K, memC, _, memN, _ = shifted
+    ok = np.flatnonzero(np.isfinite(K))
+    cell = np.ceil(memC[ok] / cap * MEM_BUCKETS).astype(np.int64) * (MEM_BUCKETS + 2) + np.ceil(
+        memN[ok] / cap * MEM_BUCKETS).astype(np.int64)
+    order = np.lexsort((ok, K[ok], cell))
+    first = np.ones(len(order), bool)
+    first[1:] = cell[order][1:] != cell[order][:-1]
+    return ok[order[first]]
 
 
 def _shift(agg: np.ndarray, a: int, b: int, k: _Costs, a_acc: bool, mode: int, direct: bool):
@@ -241,8 +259,10 @@ def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, s
             rows = [_tower_options(c, a, b, preds, succs, k, a_acc, mode) for c in comps]
             if any(not r for r in rows):
                 continue
-            agg, tags = _combos(rows)
-            variants[a_acc, mode] = (_shift(agg, a, b, k, a_acc, mode, direct), tags)
+            agg, table = _combos(rows)
+            shifted = _shift(agg, a, b, k, a_acc, mode, direct)
+            keep = _representatives(shifted, cap)
+            variants[a_acc, mode] = (tuple(x[keep] for x in shifted), (table[0], table[1][keep]))
     out: list[_State] = []
     for si, s in enumerate(states):
         if s.acc and np.isfinite(tM) and s.mem + mM + max(s.ws, wM) <= cap:
@@ -250,7 +270,7 @@ def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, s
         for mode in (_NEW, _CPU):
             if (s.acc, mode) not in variants:
                 continue
-            (K, memC, wsC, memN, wsN), tags = variants[s.acc, mode]
+            (K, memC, wsC, memN, wsN), table = variants[s.acc, mode]
             ok = np.isfinite(K) & ((s.mem + memC + np.maximum(s.ws, wsC) <= cap) if s.acc else (memC == 0))
             if mode == _NEW:
                 ok &= memN + wsN <= cap
@@ -263,9 +283,9 @@ def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, s
             first[1:] = bucket[order][1:] != bucket[order][:-1]
             for i in idx[order[first]].tolist():
                 if mode == _NEW:
-                    out.append(_State(s.pi + K[i], memN[i], wsN[i], s.calls + 1, True, (si, mode, tags[i])))
+                    out.append(_State(s.pi + K[i], memN[i], wsN[i], s.calls + 1, True, (si, mode, _tags(table, i))))
                 else:
-                    out.append(_State(s.pi + K[i], 0.0, 0.0, s.calls, False, (si, mode, tags[i])))
+                    out.append(_State(s.pi + K[i], 0.0, 0.0, s.calls, False, (si, mode, _tags(table, i))))
     return _keep(_with_side(out, b, side, k, cap), cap, max_calls)
 
 
