@@ -1,9 +1,9 @@
 """Where the latency IP starts: the best feasible placement any quick method finds.
 
 :func:`best_baseline` asks the given warm start, the packed splits (:func:`packed_splits`), the
-contiguous split DP (:mod:`.splits`), the articulation-chain DP (:mod:`.chainstart`) and the registry's baselines (those installed, looked up by
-name) for the fastest feasible placement: the MIP's warm start and horizon. The only module of the
-latency IP that reaches the registry; only :mod:`.ip` imports it.
+contiguous split DP (:mod:`.splits`), the articulation-chain DP (:mod:`.chainstart`) and the registry's
+baselines (those installed, looked up by name) for the fastest feasible placement: the MIP's warm start and
+horizon. The only module of the latency IP that reaches the registry; only :mod:`.ip` imports it.
 """
 
 from __future__ import annotations

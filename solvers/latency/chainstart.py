@@ -341,7 +341,7 @@ def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers:
     while i > 0:
         si, mode, tags, side_in = s.back
         prev = layers[i - 1][si]
-        a, b = chain[i - 1], chain[i]
+        b = chain[i]
         cur, old = s.calls - 1, prev.calls - 1
         if mode == _SAME:
             for c in segs[i - 1]:
