@@ -144,7 +144,7 @@ _MAX = (3, 7, 12)  # columns maxed
 _ANY = (10, 11)  # flags
 
 
-def _combos(rows_per_tower: list[list[tuple]]) -> tuple[np.ndarray, list[tuple]]:
+def _combos(rows_per_tower: list[list[tuple]]) -> tuple[np.ndarray, tuple[list[list[tuple]], np.ndarray]]:
     """Every combination of the towers' options, as (combos, 14) aggregated numbers and the option tuples
     (tag, cut) per tower; cut options thinned (evenly) while there are more than ``MAX_COMBOS``."""
     rows = [list(r) for r in rows_per_tower]
@@ -270,7 +270,7 @@ def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, s
         for mode in (_NEW, _CPU):
             if (s.acc, mode) not in variants:
                 continue
-            (K, memC, wsC, memN, wsN), table = variants[s.acc, mode]
+            (K, memC, wsC, memN, wsN), tab = variants[s.acc, mode]
             ok = np.isfinite(K) & ((s.mem + memC + np.maximum(s.ws, wsC) <= cap) if s.acc else (memC == 0))
             if mode == _NEW:
                 ok &= memN + wsN <= cap
@@ -283,9 +283,9 @@ def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, s
             first[1:] = bucket[order][1:] != bucket[order][:-1]
             for i in idx[order[first]].tolist():
                 if mode == _NEW:
-                    out.append(_State(s.pi + K[i], memN[i], wsN[i], s.calls + 1, True, (si, mode, _tags(table, i))))
+                    out.append(_State(s.pi + K[i], memN[i], wsN[i], s.calls + 1, True, (si, mode, _tags(tab, i))))
                 else:
-                    out.append(_State(s.pi + K[i], 0.0, 0.0, s.calls, False, (si, mode, _tags(table, i))))
+                    out.append(_State(s.pi + K[i], 0.0, 0.0, s.calls, False, (si, mode, _tags(tab, i))))
     return _keep(_with_side(out, b, side, k, cap), cap, max_calls)
 
 
@@ -415,7 +415,7 @@ def chain_plan(problem: Problem) -> list[tuple[float, np.ndarray]]:
         if not layers[-1]:
             return []
     tail = _bits(desc[chain[-1]])
-    ends = []
+    ends: list[tuple[float, int, int, _State]] = []
     for s in layers[-1]:
         extra = float(k.tA[tail].sum()) if s.acc else _cpu_path(tail, preds, k.tC)
         if s.acc and s.mem + float(own[tail].sum()) > cap:
@@ -432,7 +432,7 @@ def _placements(problem: Problem, lab: np.ndarray) -> list[np.ndarray]:
     accs = topo.accelerators
     cpus = [int(c) for c in topo.cpus if problem.allowed[:, c].any()]
     cpu = cpus[0] if cpus else int(accs[0])
-    out = []
+    out: list[np.ndarray] = []
     preds = problem.graph.pred
     for with_producer in (True, False):
         lab2 = lab.copy()
@@ -449,7 +449,7 @@ def _placements(problem: Problem, lab: np.ndarray) -> list[np.ndarray]:
 def chain_starts(problem: Problem) -> list[Solution]:
     """The feasible placements of :func:`chain_plan`'s best routes (under :func:`planmap.evaluate.evaluate`),
     fastest first."""
-    scored = []
+    scored: list[tuple[float, int, Solution]] = []
     for _, lab in chain_plan(problem):
         for dev in _placements(problem, lab):
             sol = Solution.from_devices(problem, dev, Certificate(Status.HEURISTIC, "articulation-chain DP"))
