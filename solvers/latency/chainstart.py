@@ -145,15 +145,18 @@ _ANY = (10, 11)  # flags
 
 
 def _combos(rows_per_tower: list[list[tuple]]) -> tuple[np.ndarray, tuple[list[list[tuple]], np.ndarray]]:
-    """Every combination of the towers' options, as (combos, 14) aggregated numbers and the option tuples
-    (tag, cut) per tower; cut options thinned (evenly) while there are more than ``MAX_COMBOS``."""
+    """Every combination of the towers' options, as (combos, 14) aggregated numbers and (the options kept, the
+    option index per tower of each combination); cut options thinned (every other one of the tower with the
+    most, then the last option of the tower with the most) while there are more than ``MAX_COMBOS``."""
     rows = [list(r) for r in rows_per_tower]
     while int(np.prod([len(r) for r in rows])) > MAX_COMBOS:
-        i = int(np.argmax([sum(x[0] == "cut" for x in r) for r in rows]))
-        cuts = [x for x in rows[i] if x[0] == "cut"]
-        if not cuts:
-            break
-        rows[i] = [x for x in rows[i] if x[0] != "cut"] + cuts[1::2]
+        i = int(np.argmax([sum(x[0] in ("cut", "cpucut") for x in r) for r in rows]))
+        cuts = [x for x in rows[i] if x[0] in ("cut", "cpucut")]
+        if cuts:
+            rows[i] = [x for x in rows[i] if x[0] not in ("cut", "cpucut")] + cuts[1::2]
+        else:  # many towers without cuts: the tower with the most options loses its last
+            i = int(np.argmax([len(r) for r in rows]))
+            rows[i] = rows[i][:-1]
     num = [np.array([x[2:] for x in r], float).reshape(len(r), 12) for r in rows]
     idx = np.array(list(itertools.product(*[range(len(r)) for r in rows])), np.int64).reshape(
         int(np.prod([len(r) for r in rows])), len(rows))

@@ -61,3 +61,14 @@ def test_same_plan_twice():
     a, b = chain_starts(p), chain_starts(p)
     assert a and len(a) == len(b)
     assert all(np.array_equal(x.assignment, y.assignment) and x.stages == y.stages for x, y in zip(a, b, strict=True))
+
+
+def test_wide_module_stays_within_the_combination_cap():
+    # 0 -> 14 parallel single-node towers -> 15 -> 16: 3^14 combinations of whole-tower options, capped
+    edges = [(0, v) for v in range(1, 15)] + [(v, 15) for v in range(1, 15)] + [(15, 16)]
+    n = 17
+    g = profiled_graph(edges, np.full(n, 5.0), np.ones(n), np.full(n, 0.2), size=np.full(n, 1e6),
+                       out_bytes=np.full(n, 1_000_000, np.int64))
+    p = problem(g, paper_topology(3, 1, memory=float(g.state_bytes.sum())), 2)
+    starts = chain_starts(p)
+    assert starts and evaluate(p, starts[0]).feasible
