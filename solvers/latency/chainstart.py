@@ -43,6 +43,7 @@ __all__ = ["chain_starts", "chain_plan"]
 MEM_BUCKETS = 64  # resolution of the open call's memory in the DP's states
 MAX_COMBOS = 200_000  # tower option combinations per segment (larger segments: fewer options)
 FINALS = 6  # best final states turned into placements
+MAX_CALLS = 32  # calls a route may open (the states grow with it; large clusters use their first accelerators)
 
 _SAME, _NEW, _CPU = 0, 1, 2  # where b runs: a's call, a new call, the CPU
 
@@ -401,7 +402,7 @@ def chain_plan(problem: Problem) -> list[tuple[float, np.ndarray]]:
     own = _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes)
     k = _Costs(dt, own, int(accs[0]), int(accs[1]), c)
     cap = float(dt.capacity[accs].min()) * (1 - 1e-6)
-    max_calls = len(accs)
+    max_calls = min(len(accs), MAX_CALLS)
     segs = _segments(n, chain, preds, anc, desc)
     sides = _side_branches(n, chain, segs, preds, anc, desc)
     a0 = chain[0]
