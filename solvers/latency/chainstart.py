@@ -31,8 +31,8 @@ import itertools
 import numpy as np
 
 from planmap.evaluate import evaluate
-from planmap.problem import Certificate, Problem, Solution, Status
-from planmap.vocabulary import ObjectiveKind
+from planmap.problem import Certificate, Problem, Solution, Stage, Status
+from planmap.vocabulary import Mode, ObjectiveKind
 
 from .cuts import _closures
 from .data import _own_bytes, prepare
@@ -376,9 +376,11 @@ def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers:
     return lab
 
 
-def chain_plan(problem: Problem) -> list[tuple[float, np.ndarray]]:
+def chain_plan(problem: Problem, one_per_device: bool = True) -> list[tuple[float, np.ndarray]]:
     """(the DP's latency in seconds, unit of each node as :func:`_labels`) of the best final states, fastest
-    first; empty when the graph has no articulation chain of three nodes or fewer than two accelerators."""
+    first; empty when the graph has no articulation chain of three nodes or fewer than two accelerators.
+    ``one_per_device``: at most one call per accelerator (else up to q, their memory left to the packing of
+    :func:`_devices_of_calls`, which may fail)."""
     topo = problem.topology
     accs = topo.accelerators
     if problem.objective is not ObjectiveKind.LATENCY or len(accs) < 2 or problem.num_nodes < 3:
@@ -402,7 +404,7 @@ def chain_plan(problem: Problem) -> list[tuple[float, np.ndarray]]:
     own = _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes)
     k = _Costs(dt, own, int(accs[0]), int(accs[1]), c)
     cap = float(dt.capacity[accs].min()) * (1 - 1e-6)
-    max_calls = min(len(accs), MAX_CALLS)
+    max_calls = min(len(accs) if one_per_device else dt.q * len(accs), MAX_CALLS)
     segs = _segments(n, chain, preds, anc, desc)
     sides = _side_branches(n, chain, segs, preds, anc, desc)
     a0 = chain[0]
@@ -429,36 +431,90 @@ def chain_plan(problem: Problem) -> list[tuple[float, np.ndarray]]:
     return [(v * dt.time_scale, _labels(n, chain, segs, sides, layers, s, anc, desc)) for v, _, _, s in ends[:FINALS]]
 
 
-def _placements(problem: Problem, lab: np.ndarray) -> list[np.ndarray]:
-    """Device of each node for one labelling: call ``k`` on the ``k``-th accelerator, CPU nodes on the first
-    CPU; nodes off the segments (a side head) with their producer's unit, or on the CPU."""
+def _call_bytes(problem: Problem, lab: np.ndarray, calls: int) -> np.ndarray:
+    """(calls,) bytes of each call as evaluate counts a device's: state, the parameters its nodes use (each
+    once), its largest working set."""
+    g, cost = problem.graph, problem.cost
+    state = g.state_bytes.astype(float) + (cost.stash_bytes if problem.mode is Mode.TRAINING else 0.0)
+    out = np.zeros(calls)
+    on = lab >= 0
+    np.add.at(out, lab[on], state[on])
+    pv, pn = cost.param_use
+    use = on[pn]
+    if use.any():
+        pairs = np.unique(np.stack([pv[use], lab[pn[use]]], 1), axis=0)
+        np.add.at(out, pairs[:, 1], g.value_bytes[pairs[:, 0]].astype(float) * cost.param_factor)
+    ws = np.zeros(calls)
+    np.maximum.at(ws, lab[on], cost.working_set.astype(float)[on])
+    return out + ws
+
+
+def _devices_of_calls(problem: Problem, lab: np.ndarray) -> np.ndarray | None:
+    """Accelerator of each call: the ``k``-th accelerator while there are enough, else first-fit decreasing
+    by bytes onto at most q calls per accelerator (calls on one device run in call order, which the chain
+    already imposes); None when they do not fit."""
+    accs = problem.topology.accelerators
+    calls = int(lab.max()) + 1 if (lab >= 0).any() else 0
+    if calls <= len(accs):
+        return accs[:calls].astype(np.int64)
+    need = _call_bytes(problem, lab, calls)
+    held, count = np.zeros(len(accs)), np.zeros(len(accs), np.int64)
+    dev = np.full(calls, -1, np.int64)
+    for k in sorted(range(calls), key=lambda c: (-need[c], c)):
+        fits = np.flatnonzero((count < problem.max_subgraphs) & (held + need[k] <= problem.capacity[accs]))
+        if not len(fits):
+            return None
+        d = int(fits[0])
+        dev[k], held[d], count[d] = accs[d], held[d] + need[k], count[d] + 1
+    return dev
+
+
+def _placements(problem: Problem, lab: np.ndarray) -> list[Solution]:
+    """Placements of one labelling: call ``k`` as a stage on its accelerator (:func:`_devices_of_calls`), CPU
+    nodes on the first CPU; nodes off the segments (a side head, a source) with their colocation class, their
+    producer's or first consumer's unit, or on the CPU."""
     topo = problem.topology
-    accs = topo.accelerators
     cpus = [int(c) for c in topo.cpus if problem.allowed[:, c].any()]
-    cpu = cpus[0] if cpus else int(accs[0])
-    out: list[np.ndarray] = []
-    preds = problem.graph.pred
+    out: list[Solution] = []
+    g = problem.graph
+    preds, succs, coloc = g.pred, g.succ, g.colocation
     for with_producer in (True, False):
         lab2 = lab.copy()
         for v in np.flatnonzero(lab2 == -2).tolist():  # ascending: a topological order
+            mates = np.flatnonzero((coloc == coloc[v]) & (lab2 != -2)) if coloc[v] >= 0 else []
             ps = preds[1][preds[0][v]: preds[0][v + 1]]
             placed = [int(lab2[p]) for p in ps if lab2[p] != -2]
-            lab2[v] = max(placed) if with_producer and placed else -1
-        dev = np.where(lab2 >= 0, accs[np.clip(lab2, 0, len(accs) - 1)], cpu)
-        if not any(np.array_equal(dev, d) for d in out):
-            out.append(dev)
+            later = [int(lab2[w]) for w in succs[1][succs[0][v]: succs[0][v + 1]] if lab2[w] != -2]
+            if len(mates):  # a colocation class runs on one device
+                lab2[v] = lab2[mates[0]]
+            elif with_producer and (placed or later):
+                lab2[v] = max(placed) if placed else min(later)  # a source goes with its first consumer
+            else:
+                lab2[v] = -1
+        if (lab2 == -1).any() and not cpus:
+            continue
+        call_dev = _devices_of_calls(problem, lab2)
+        if call_dev is None:
+            continue
+        stages = [Stage((int(d),)) for d in call_dev] + ([Stage((cpus[0],))] if (lab2 == -1).any() else [])
+        assign = np.where(lab2 >= 0, lab2, len(call_dev)).astype(np.int32)
+        sol = Solution(assign, tuple(stages), Certificate(Status.HEURISTIC, "articulation-chain DP")).compact()
+        if not any(np.array_equal(sol.assignment, x.assignment) and sol.stages == x.stages for x in out):
+            out.append(sol)
     return out
 
 
 def chain_starts(problem: Problem) -> list[Solution]:
     """The feasible placements of :func:`chain_plan`'s best routes (under :func:`planmap.evaluate.evaluate`),
-    fastest first."""
+    fastest first: one call per accelerator, or up to q when that finds none."""
     scored: list[tuple[float, int, Solution]] = []
-    for _, lab in chain_plan(problem):
-        for dev in _placements(problem, lab):
-            sol = Solution.from_devices(problem, dev, Certificate(Status.HEURISTIC, "articulation-chain DP"))
-            ev = evaluate(problem, sol)
-            if ev.feasible:
-                scored.append((ev.objective, len(scored), sol))
+    for one_per_device in (True, False):  # more calls than accelerators only when one each finds nothing
+        if scored or (not one_per_device and problem.max_subgraphs <= 1):
+            break
+        for _, lab in chain_plan(problem, one_per_device):
+            for sol in _placements(problem, lab):
+                ev = evaluate(problem, sol)
+                if ev.feasible:
+                    scored.append((ev.objective, len(scored), sol))
     scored.sort(key=lambda x: x[:2])
     return [s for _, _, s in scored]
