@@ -8,25 +8,25 @@ calls are cut decides the latency. The split DP (:mod:`.splits`) cuts one topolo
 contiguous pieces; it cannot cut a module's towers at their cheap inner values, nor use the CPU, whose
 nodes are units of their own (independent towers run in parallel there and a CPU end pays no transfer).
 
-Here every segment chooses one of:
+Here every segment chooses one of (:mod:`.segopts` lists them and what each costs):
 
 * ``b`` in ``a``'s call: the call grows by the whole segment;
-* ``b`` in a new call ``C'`` on a fresh accelerator: each tower lies wholly in ``C'``, wholly in ``a``'s
-  call ``C``, on the CPU (``C'`` waits for it and receives its outputs), or, for a chain tower, cut after
-  any of its nodes (the prefix in ``C``, the suffix in ``C'``, the cut value sent and received once);
-* ``b`` on the CPU: each tower in ``C``, on the CPU, or cut between the two.
+* ``b`` in a new call ``C'``: each tower lies wholly in ``C'``, wholly in ``a``'s call ``C``, on the CPU
+  (``C'`` waits for it and receives its outputs), or, for a chain tower, is cut after any of its nodes
+  (the prefix in ``C`` or on the CPU, the suffix in ``C'``);
+* ``b`` on the CPU: each tower in ``C``, on the CPU, in a side call (receives ``a``, sends to the CPU), or
+  cut between one of these and the CPU.
 
 Each choice shifts the chain point of ``b`` (its call's start, receives and compute up to it; its finish
 on the CPU) by a constant given the kind of ``a``'s unit, so the DP over (chain node, unit kind, number
-of calls, memory held by the open call) is a shortest path. Costs are those of one representative
-accelerator pair and the CPU, the memory of a call is its nodes' own bytes plus its largest working set;
-the argmin of each final state is turned into a placement (call ``k`` on the ``k``-th accelerator, nodes
-off the chain placed with their producer or on the CPU) and :func:`planmap.evaluate.evaluate` decides.
+of calls, memory held by the open call) is a shortest path. A side head (nodes off the chain that only a
+chain node feeds) goes with that node's call or to the CPU. Each of the best final states becomes a
+placement, call ``k`` a stage on the ``k``-th accelerator (or, when one call per accelerator finds nothing,
+up to q calls per accelerator packed by bytes), and :func:`planmap.evaluate.evaluate` decides; on small
+tower graphs it equals the DP's number (tests/solvers/latency/test_chainstart.py).
 """
 
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 
@@ -36,185 +36,13 @@ from planmap.vocabulary import Mode, ObjectiveKind
 
 from .cuts import _closures
 from .data import _own_bytes, prepare
+from .segopts import CPU, MEM_BUCKETS, NEW, SAME, Costs, combos, cpu_path, representatives, shift, tags, tower_options
 from .towers import _bits, _components, _predecessors, articulation_chain
 
 __all__ = ["chain_starts", "chain_plan"]
 
-MEM_BUCKETS = 64  # resolution of the open call's memory in the DP's states
-MAX_COMBOS = 200_000  # tower option combinations per segment (larger segments: fewer options)
 FINALS = 6  # best final states turned into placements
 MAX_CALLS = 32  # calls a route may open (the states grow with it; large clusters use their first accelerators)
-
-_SAME, _NEW, _CPU = 0, 1, 2  # where b runs: a's call, a new call, the CPU
-
-
-class _Costs:
-    """Per-node charges of one representative accelerator pair (``A`` -> ``B``) and the CPU ``c``."""
-
-    def __init__(self, dt, own: np.ndarray, A: int, B: int, c: int | None):
-        n = dt.n
-        self.tA = np.where(np.isfinite(dt.t[:, A]), dt.t[:, A], np.inf)
-        self.tC = dt.t[:, c] if c is not None else np.full(n, np.inf)
-        self.own, self.ws = own, dt.working_set.astype(float)
-        used = np.zeros(len(dt.val_prod), bool)
-        used[dt.pair_val] = True
-        js = np.flatnonzero(used)
-        vp = dt.val_prod[js]
-        c_ = A if c is None else c
-
-        def per_node(x: np.ndarray, agg=np.add) -> np.ndarray:
-            out = np.zeros(n)
-            agg.at(out, vp, x)
-            return out
-        self.s_aa = per_node(dt.send[js, A, B])
-        self.r_aa = per_node(dt.recv[js, A, B])
-        self.s_ac = per_node(dt.send[js, A, c_])
-        self.r_ca = per_node(dt.recv[js, c_, A])
-        self.d_ac = per_node(dt.recv[js, A, c_], np.maximum)
-
-
-def _cpu_path(nodes: list[int], preds, tC: np.ndarray) -> float:
-    """Longest CPU path through ``nodes`` (ascending) once their outside inputs are on the CPU (every CPU
-    node is a unit of its own, so independent nodes run in parallel)."""
-    dist: dict[int, float] = {}
-    inside = set(nodes)
-    for v in nodes:
-        dist[v] = max((dist[p] for p in preds[v] if p in inside), default=0.0) + float(tC[v])
-    return max(dist.values(), default=0.0)
-
-
-def _tower_options(comp: list[int], a: int, b: int, preds, succs, k: _Costs, a_acc: bool, mode: int):
-    """Options of one tower as rows (tag, cut, memC, wsC, cmpC, sndC, memN, wsN, cmpN, recvN, needA_N,
-    needA_cpu, cpu_off, cpu_recvN) for ``b`` in a new call (``mode`` _NEW) or on the CPU (_CPU). ``cpu_off``
-    is, for _NEW, the CPU finish of a CPU part after ``a``'s value is on the CPU (-inf: none); for _CPU the
-    finish of the tower after ``C`` ends."""
-    order = sorted(comp)
-    inside = set(order) | {a, b}
-    chain = all([p for p in preds[v] if p in inside] == [order[i - 1] if i else a]
-                and [w for w in succs[v] if w in inside] == [order[i + 1] if i + 1 < len(order) else b]
-                for i, v in enumerate(order))
-    exits = [v for v in order if b in succs[v]]
-    rows = []
-    ninf = -np.inf
-
-    def part(nodes):
-        return (float(k.own[nodes].sum()) if nodes else 0.0, float(k.ws[nodes].max()) if nodes else 0.0,
-                float(k.tA[nodes].sum()) if nodes else 0.0)
-    cuts = range(1, len(order)) if chain else range(0)
-    if mode == _NEW:
-        m, w, c = part(order)
-        rows.append(("next", 0, 0, 0, 0, 0, m, w, c, 0, 1, 0, ninf, 0))
-        if a_acc:
-            rows.append(("prev", len(order), m, w, c, k.s_aa[exits].sum(), 0, 0, 0, k.r_aa[exits].sum(), 0, 0, ninf,
-                         0))
-            for j in cuts:
-                u = order[j - 1]
-                mc, wc, cc = part(order[:j])
-                mn, wn, cn = part(order[j:])
-                rows.append(("cut", j, mc, wc, cc, k.s_aa[u], mn, wn, cn, k.r_aa[u], 0, 0, ninf, 0))
-        d = k.d_ac[a] if a_acc else 0.0
-        if np.isfinite(k.tC[order]).all():
-            rows.append(("cpu", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, d + _cpu_path(order, preds, k.tC),
-                         k.r_ca[exits].sum()))
-        for j in cuts:  # the prefix on the CPU (a CPU end pays no send), the suffix in C'
-            u = order[j - 1]
-            if np.isfinite(k.tC[order[:j]]).all():
-                mn, wn, cn = part(order[j:])
-                rows.append(("cpucut", j, 0, 0, 0, 0, mn, wn, cn, 0, 0, 1, d + _cpu_path(order[:j], preds, k.tC),
-                             k.r_ca[u]))
-        return rows
-    # b on the CPU: a's call C ends after its share of the towers; each CPU part starts when C has sent
-    if np.isfinite(k.tC[order]).all():
-        d = k.d_ac[a] if a_acc else 0.0
-        rows.append(("cpu", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, d + _cpu_path(order, preds, k.tC), 0))
-    if a_acc:
-        m, w, c = part(order)
-        rows.append(("prev", len(order), m, w, c, k.s_ac[exits].sum(), 0, 0, 0, 0, 0, 0,
-                     float(k.d_ac[exits].max()), 0))
-        for j in cuts:
-            u = order[j - 1]
-            mc, wc, cc = part(order[:j])
-            if np.isfinite(k.tC[order[j:]]).all():
-                rows.append(("cut", j, mc, wc, cc, k.s_ac[u], 0, 0, 0, 0, 0, 0,
-                             k.d_ac[u] + _cpu_path(order[j:], preds, k.tC), 0))
-    return rows
-
-
-_SUM = (2, 4, 5, 6, 8, 9, 13)  # columns of a tower option summed over a segment's towers
-_MAX = (3, 7, 12)  # columns maxed
-_ANY = (10, 11)  # flags
-
-
-def _combos(rows_per_tower: list[list[tuple]]) -> tuple[np.ndarray, tuple[list[list[tuple]], np.ndarray]]:
-    """Every combination of the towers' options, as (combos, 14) aggregated numbers and (the options kept, the
-    option index per tower of each combination); cut options thinned (every other one of the tower with the
-    most, then the last option of the tower with the most) while there are more than ``MAX_COMBOS``."""
-    rows = [list(r) for r in rows_per_tower]
-    while int(np.prod([len(r) for r in rows])) > MAX_COMBOS:
-        i = int(np.argmax([sum(x[0] in ("cut", "cpucut") for x in r) for r in rows]))
-        cuts = [x for x in rows[i] if x[0] in ("cut", "cpucut")]
-        if cuts:
-            rows[i] = [x for x in rows[i] if x[0] not in ("cut", "cpucut")] + cuts[1::2]
-        else:  # many towers without cuts: the tower with the most options loses its last
-            i = int(np.argmax([len(r) for r in rows]))
-            rows[i] = rows[i][:-1]
-    num = [np.array([x[2:] for x in r], float).reshape(len(r), 12) for r in rows]
-    idx = np.array(list(itertools.product(*[range(len(r)) for r in rows])), np.int64).reshape(
-        int(np.prod([len(r) for r in rows])), len(rows))
-    agg = np.zeros((len(idx), 14))
-    agg[:, list(_MAX)] = -np.inf
-    for i, arr in enumerate(num):
-        pick = arr[idx[:, i]]
-        full = np.zeros((len(idx), 14))
-        full[:, 2:] = pick
-        agg[:, list(_SUM)] += full[:, list(_SUM)]
-        agg[:, list(_MAX)] = np.maximum(agg[:, list(_MAX)], full[:, list(_MAX)])
-        agg[:, list(_ANY)] = np.maximum(agg[:, list(_ANY)], full[:, list(_ANY)])
-    return agg, (rows, idx)
-
-
-def _tags(table, i: int) -> tuple[tuple[str, int], ...]:
-    """(tag, cut) per tower of combination ``i`` of a :func:`_combos` table."""
-    rows, idx = table
-    return tuple((rows[t][j][0], rows[t][j][1]) for t, j in enumerate(idx[i].tolist()))
-
-
-def _representatives(shifted, cap: float) -> np.ndarray:
-    """Indices of the combinations worth trying: the least ``K`` per (memory bucket of ``a``'s call, of the new
-    call), ties to the lower index."""
-    K, memC, _, memN, _ = shifted
-    ok = np.flatnonzero(np.isfinite(K))
-    cell = np.ceil(memC[ok] / cap * MEM_BUCKETS).astype(np.int64) * (MEM_BUCKETS + 2) + np.ceil(
-        memN[ok] / cap * MEM_BUCKETS).astype(np.int64)
-    order = np.lexsort((ok, K[ok], cell))
-    first = np.ones(len(order), bool)
-    first[1:] = cell[order][1:] != cell[order][:-1]
-    return ok[order[first]]
-
-
-def _shift(agg: np.ndarray, a: int, b: int, k: _Costs, a_acc: bool, mode: int, direct: bool):
-    """(K, memC, wsC, memN, wsN) per combination: ``pi(b) = pi(a) + K``; ``memC``/``wsC`` what ``a``'s call
-    adds (own bytes, largest working set), ``memN``/``wsN`` the new call's (``b`` in it)."""
-    memC, wsC, cmpC, sndC, memN, wsN, cmpN, recvN = (agg[:, i] for i in (2, 3, 4, 5, 6, 7, 8, 9))
-    needN, needCpu, cpu_off, cpu_recv = agg[:, 10] > 0, agg[:, 11] > 0, agg[:, 12], agg[:, 13]
-    if mode == _NEW:
-        needN = needN | direct
-        if a_acc:
-            sendA = np.maximum(np.where(needN, k.s_aa[a], 0.0), np.where(needCpu, k.s_ac[a], 0.0))
-            start = cmpC + sndC + sendA + np.maximum(cpu_off, 0.0)
-            recv = np.where(needN, k.r_aa[a], 0.0) + recvN + cpu_recv
-        else:
-            start = np.maximum(cpu_off, 0.0)
-            recv = np.where(needN, k.r_ca[a], 0.0) + cpu_recv
-        K = start + recv + cmpN + k.tA[b]
-        return K, memC, wsC, memN + k.own[b], np.maximum(wsN, k.ws[b])
-    if a_acc:
-        needCpu = needCpu | direct
-        cfin = cmpC + sndC + np.where(needCpu, k.s_ac[a], 0.0)
-        K = cfin + np.maximum(np.maximum(cpu_off, k.d_ac[a] if direct else 0.0), 0.0) + k.tC[b]
-    else:
-        K = np.maximum(cpu_off, 0.0) + k.tC[b]
-    return K, memC, wsC, np.zeros(len(K)), np.zeros(len(K))
 
 
 class _State:
@@ -249,7 +77,7 @@ def _keep(cands: list[_State], cap: float, max_calls: int) -> list[_State]:
     return out
 
 
-def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, succs, k: _Costs, cap: float,
+def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, succs, k: Costs, cap: float,
           max_calls: int, side: list[int] | None) -> list[_State]:
     """The states of ``b`` from those of ``a`` over every choice of the segment between them."""
     M = sorted(set().union(*comps) | {b}) if comps else [b]
@@ -257,43 +85,43 @@ def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, s
     tM, mM, wM = float(k.tA[M].sum()), float(k.own[M].sum()), float(k.ws[M].max())
     variants = {}
     for a_acc in (False, True):
-        for mode in (_NEW, _CPU):
-            if mode == _CPU and not np.isfinite(k.tC[b]):
+        for mode in (NEW, CPU):
+            if mode == CPU and not np.isfinite(k.tC[b]):
                 continue
-            rows = [_tower_options(c, a, b, preds, succs, k, a_acc, mode) for c in comps]
+            rows = [tower_options(c, a, b, preds, succs, k, a_acc, mode) for c in comps]
             if any(not r for r in rows):
                 continue
-            agg, table = _combos(rows)
-            shifted = _shift(agg, a, b, k, a_acc, mode, direct)
-            keep = _representatives(shifted, cap)
+            agg, table = combos(rows)
+            shifted = shift(agg, a, b, k, a_acc, mode, direct)
+            keep = representatives(shifted, cap)
             variants[a_acc, mode] = (tuple(x[keep] for x in shifted), (table[0], table[1][keep]))
     out: list[_State] = []
     for si, s in enumerate(states):
         if s.acc and np.isfinite(tM) and s.mem + mM + max(s.ws, wM) <= cap:
-            out.append(_State(s.pi + tM, s.mem + mM, max(s.ws, wM), s.calls, True, (si, _SAME, None)))
-        for mode in (_NEW, _CPU):
+            out.append(_State(s.pi + tM, s.mem + mM, max(s.ws, wM), s.calls, True, (si, SAME, None)))
+        for mode in (NEW, CPU):
             if (s.acc, mode) not in variants:
                 continue
-            (K, memC, wsC, memN, wsN), tab = variants[s.acc, mode]
+            (K, memC, wsC, memN, wsN, xcall), tab = variants[s.acc, mode]
             ok = np.isfinite(K) & ((s.mem + memC + np.maximum(s.ws, wsC) <= cap) if s.acc else (memC == 0))
-            if mode == _NEW:
-                ok &= memN + wsN <= cap
+            ok &= memN + wsN <= cap
             idx = np.flatnonzero(ok)
             if not len(idx):
                 continue
-            bucket = np.ceil(memN[idx] / cap * MEM_BUCKETS).astype(np.int64)
+            bucket = np.ceil(memN[idx] / cap * MEM_BUCKETS).astype(np.int64) if mode == NEW else xcall[idx]
             order = np.lexsort((idx, K[idx], bucket))
             first = np.ones(len(order), bool)
             first[1:] = bucket[order][1:] != bucket[order][:-1]
             for i in idx[order[first]].tolist():
-                if mode == _NEW:
-                    out.append(_State(s.pi + K[i], memN[i], wsN[i], s.calls + 1, True, (si, mode, _tags(tab, i))))
+                if mode == NEW:
+                    out.append(_State(s.pi + K[i], memN[i], wsN[i], s.calls + 1, True, (si, mode, tags(tab, i))))
                 else:
-                    out.append(_State(s.pi + K[i], 0.0, 0.0, s.calls, False, (si, mode, _tags(tab, i))))
+                    out.append(_State(s.pi + K[i], 0.0, 0.0, s.calls + int(xcall[i]), False,
+                                      (si, mode, tags(tab, i))))
     return _keep(_with_side(out, b, side, k, cap), cap, max_calls)
 
 
-def _with_side(states: list[_State], b: int, side: list[int] | None, k: _Costs, cap: float) -> list[_State]:
+def _with_side(states: list[_State], b: int, side: list[int] | None, k: Costs, cap: float) -> list[_State]:
     """Each state of ``b`` with ``b``'s side branch (nodes off the chain that only ``b`` feeds: Inception's
     auxiliary head) in ``b``'s call (its compute and memory added) or on the CPU (the call sends ``b``'s
     value; a CPU ``b`` keeps it on the CPU): the choice is the last entry of ``back``."""
@@ -347,13 +175,13 @@ def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers:
         prev = layers[i - 1][si]
         b = chain[i]
         cur, old = s.calls - 1, prev.calls - 1
-        if mode == _SAME:
+        if mode == SAME:
             for c in segs[i - 1]:
                 lab[c] = cur
             lab[b] = cur
         else:
-            lab[b] = cur if mode == _NEW else -1
-            rest = cur if mode == _NEW else -1
+            lab[b] = cur if mode == NEW else -1
+            rest = cur if mode == NEW else -1
             for comp, (tag, j) in zip(segs[i - 1], tags, strict=True):
                 order = sorted(comp)
                 if tag == "next":
@@ -363,6 +191,9 @@ def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers:
                 elif tag == "cpucut":
                     lab[order[:j]] = -1
                     lab[order[j:]] = cur
+                elif tag == "side":  # the side call is the last opened (b is on the CPU)
+                    lab[order[:j]] = cur
+                    lab[order[j:]] = -1
                 else:
                     lab[order[:j]] = old
                     lab[order[j:]] = rest
@@ -402,7 +233,7 @@ def chain_plan(problem: Problem, one_per_device: bool = True) -> list[tuple[floa
     cpus = [int(c) for c in topo.cpus if dt.allowed[:, c].any()]
     c = cpus[0] if cpus else None
     own = _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes)
-    k = _Costs(dt, own, int(accs[0]), int(accs[1]), c)
+    k = Costs(dt, own, int(accs[0]), int(accs[1]), c)
     cap = float(dt.capacity[accs].min()) * (1 - 1e-6)
     max_calls = min(len(accs) if one_per_device else dt.q * len(accs), MAX_CALLS)
     segs = _segments(n, chain, preds, anc, desc)
@@ -414,7 +245,7 @@ def chain_plan(problem: Problem, one_per_device: bool = True) -> list[tuple[floa
         init.append(_State(float(k.tA[first].sum()), float(own[first].sum()), float(k.ws[first].max()), 1, True,
                            None))
     if np.isfinite(k.tC[first]).all():
-        init.append(_State(_cpu_path(first, preds, k.tC), 0.0, 0.0, 0, False, None))
+        init.append(_State(cpu_path(first, preds, k.tC), 0.0, 0.0, 0, False, None))
     layers = [_keep(init, cap, max_calls)]
     for i, (a, b) in enumerate(zip(chain[:-1], chain[1:], strict=True)):
         layers.append(_step(layers[-1], a, b, segs[i], preds, succs, k, cap, max_calls, sides.get(b)))
@@ -423,7 +254,7 @@ def chain_plan(problem: Problem, one_per_device: bool = True) -> list[tuple[floa
     tail = _bits(desc[chain[-1]])
     ends: list[tuple[float, int, int, _State]] = []
     for s in layers[-1]:
-        extra = float(k.tA[tail].sum()) if s.acc else _cpu_path(tail, preds, k.tC)
+        extra = float(k.tA[tail].sum()) if s.acc else cpu_path(tail, preds, k.tC)
         if s.acc and s.mem + float(own[tail].sum()) > cap:
             continue
         ends.append((s.pi + extra, s.calls, len(ends), s))
@@ -481,7 +312,7 @@ def _placements(problem: Problem, lab: np.ndarray) -> list[Solution]:
     for with_producer in (True, False):
         lab2 = lab.copy()
         for v in np.flatnonzero(lab2 == -2).tolist():  # ascending: a topological order
-            mates = np.flatnonzero((coloc == coloc[v]) & (lab2 != -2)) if coloc[v] >= 0 else []
+            mates = np.flatnonzero((coloc == coloc[v]) & (lab2 != -2)) if coloc[v] >= 0 else np.zeros(0, np.int64)
             ps = preds[1][preds[0][v]: preds[0][v + 1]]
             placed = [int(lab2[p]) for p in ps if lab2[p] != -2]
             later = [int(lab2[w]) for w in succs[1][succs[0][v]: succs[0][v + 1]] if lab2[w] != -2]

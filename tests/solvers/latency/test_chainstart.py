@@ -1,6 +1,7 @@
 """The articulation-chain start (solvers/latency/chainstart.py): on small graphs of parallel towers its routes
 are feasible placements whose latency under ``evaluate`` is the DP's own number, it is never worse than the
-contiguous split DP, it places a side head, and it gives the same plan twice."""
+contiguous split DP (also where tower prefixes run in side calls between CPU concats), it places a side head,
+and it gives the same plan twice."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from planmap.solvers.latency.chainstart import _placements, chain_plan, chain_st
 from planmap.solvers.latency.splits import best_splits
 from planmap.workloads.graphs import paper_topology, profiled_graph
 from tests.solvers.latency.cases import problem
-from tests.solvers.latency.test_towers import towers_instance
+from tests.solvers.latency.test_towers import towers_edges, towers_instance
 
 CASES = [(seed, n, q) for seed in range(8) for n, q in ((14, 2), (20, 2))] + [(s, 12, 1) for s in (0, 1, 2, 3)]
 
@@ -35,6 +36,27 @@ def test_routes_are_feasible_exact_and_beat_the_split_dp(seed, n, q):
         assert ev.objective == pytest.approx(value, rel=1e-9, abs=1e-12)
     assert all(evaluate(p, s).feasible for s in starts)
     assert evaluate(p, starts[0]).objective <= _split_best(p) + 1e-12
+
+
+def slow_cpu_instance(seed: int):
+    """Towers with a CPU 1,000 times slower than the accelerators, which hold 30% of the graph each: the best
+    placements put tower prefixes in side calls between two CPU concats."""
+    rng = np.random.default_rng(seed)
+    edges = towers_edges(rng, 16)
+    n = max(b for _, b in edges) + 1
+    acc = rng.lognormal(0, 0.5, n)
+    g = profiled_graph(edges, acc * 1000, acc, np.full(n, 0.3), size=np.full(n, 1e6),
+                       out_bytes=np.full(n, 1_000_000, np.int64))
+    return problem(g, paper_topology(2, 1, memory=float(g.state_bytes.sum()) * 0.3), 2)
+
+
+@pytest.mark.parametrize("seed", [1, 4, 5, 6])
+def test_side_calls_between_cpu_concats(seed):
+    p = slow_cpu_instance(seed)
+    value, lab = chain_plan(p)[0]
+    ev = evaluate(p, _placements(p, lab)[0])
+    assert ev.feasible and ev.objective == pytest.approx(value, rel=1e-9)
+    assert ev.objective <= _split_best(p) + 1e-9
 
 
 def test_side_head_goes_with_its_producer_or_the_cpu():
