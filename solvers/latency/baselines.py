@@ -1,9 +1,9 @@
 """Where the latency IP starts: the best feasible placement any quick method finds.
 
 :func:`best_baseline` asks the given warm start, the packed splits (:func:`packed_splits`), the
-contiguous split DP (:mod:`.splits`) and the registry's baselines (those installed, looked up by
-name) for the fastest feasible placement: the MIP's warm start and horizon. The only module of the
-latency IP that reaches the registry; only :mod:`.ip` imports it.
+contiguous split DP (:mod:`.splits`), the articulation-chain DP (:mod:`.chainstart`) and the registry's
+baselines (those installed, looked up by name) for the fastest feasible placement: the MIP's warm start and
+horizon. The only module of the latency IP that reaches the registry; only :mod:`.ip` imports it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from planmap.problem import Problem, Solution, SolveOptions
 from planmap.vocabulary import Mode, ObjectiveKind
 
 from ..timebox import TimeBoxExpired, time_box
+from .chainstart import chain_starts
 from .splits import best_splits
 
 __all__ = ["best_baseline", "packed_splits", "BASELINES"]
@@ -158,6 +159,8 @@ def _search(problem: Problem, options: SolveOptions, time_budget: float, best: l
         _consider(problem, sol, "packed split", best, notes)
     for sol in best_splits(problem):
         _consider(problem, sol, "contiguous split DP", best, notes)
+    for sol in chain_starts(problem)[:1]:
+        _consider(problem, sol, "articulation-chain DP", best, notes)
     share = max(1.0, min(30.0, 0.1 * time_budget))
     for name in BASELINES:
         left = math.inf if deadline is None else deadline - time.perf_counter()

@@ -152,7 +152,8 @@ def test_latency_ip_starts_from_the_best_split():
 @pytest.mark.slow
 def test_the_start_is_the_split_polished_by_local_search_on_gnmt_layers():
     """GNMT layers (99 nodes, 1 CPU + 4 accelerators): local search started from the split DP's
-    placement improves it (84.52 -> 84.32 ms); the start is never worse than the split or greedy."""
+    placement improves it (84.52 -> 84.32 ms; the articulation-chain DP finds 84.32 ms itself, so it may be
+    named instead); the start is never worse than the split or greedy."""
     from planmap import solvers
     from planmap.solvers.latency import ip as lip
     from planmap.workloads.nets import gnmt, net_topology
@@ -162,5 +163,5 @@ def test_the_start_is_the_split_polished_by_local_search_on_gnmt_layers():
     split = min(evaluate(p, s).objective for s in best_splits(p))
     greedy = evaluate(p, solvers.get("greedy").solve(p, SolveOptions(time_limit=10))).objective
     start, name, _ = lip.best_baseline(p, SolveOptions(time_limit=60), 60, seconds=30)
-    assert name == "local search from contiguous split DP"
+    assert name in ("local search from contiguous split DP", "articulation-chain DP")
     assert evaluate(p, start).objective < min(split, greedy) * (1 - 1e-3)
