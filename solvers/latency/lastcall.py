@@ -24,12 +24,25 @@ them depends on it (the units' order is acyclic, and a unit that depends on ``X`
 So with ``F(I, k)`` a lower bound on when every unit meeting ``I`` has finished, and ``H(I, k)`` the same
 when each maximal node of ``I`` is read by a unit outside ``I`` (its last unit, if a call, sends):
 
-    F(I, k) >= min over X of max(F(J, k'), H(J', k') + [recv(X) + work(X) on d] + [send of a maximal node])
+    F(I, k) >= min over X of max(F(J, k'), H(J', k') + cost, min(H(J', k' - 1) + cost, K(J, k', cost)))
+
+    cost = recv(X) + work(X) on d [+ the send of a maximal node of I in X, for H]
 
 over the non-empty up-sets ``X`` of ``I`` (a call on some accelerator ``d``, ``k' = k - 1``; or one
 maximal node on the CPU, ``k' = k``), the send term only in ``H`` (a maximal node of ``I`` in ``X``; a
-CPU node sends nothing). ``F(∅, k) = 0``; with ``S = q`` x accelerators calls in all, the latency is at
-least ``F(V, S)``. Everything else is relaxed: calls of one device neither wait for each other nor share
+CPU node sends nothing; the last term for calls only). ``F(∅, k) = 0``; with ``S = q`` x accelerators calls
+in all, the latency is at least ``F(V, S)``.
+
+The calls of ``J`` are counted once more. Let ``b`` be the number of calls that meet ``J \\ J'`` but not ``J'``.
+If ``b >= 1``, at most ``k - 2`` calls meet ``J'``. If ``b = 0``, every call meeting ``J`` meets ``J'``, so it
+finishes before ``X`` starts, while ``J``'s CPU nodes finish by ``X``'s end: ``X`` finishes no earlier than
+``max(calls of J + cost(X), CPU nodes of J)``. ``K(I, k, c)``, a lower bound on ``max(last call of I + c, last
+CPU node of I)``, follows the same recursion: a maximal node on the CPU is peeled off (its finish counts in full);
+otherwise the call ``Y`` that finishes last among the calls holds an up-set of ``I`` (a node above it, on the CPU,
+would lie below a maximal node whose call depends on ``Y``), so ``K(I, k, c) >= max(K(J, k - 1, c), H(J', k - 1)
++ cost(Y) + c)``. The true value grows with ``c`` (the DP uses ``K`` at a few ``c`` below the cost).
+
+Everything else is relaxed: calls of one device neither wait for each other nor share
 its memory, working sets and sends other than the one above are left out, and ``J`` and ``J'`` are
 bounded separately (each branch of the recursion picks its own placement of the shared part, which is
 where this bound is still weak).
@@ -211,19 +224,33 @@ def last_call_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: i
     trans, index = _transitions(M, anc, ta, bad, own[kept], cap, reads, np.maximum(pos[val_prod], 0), recv_v,
                                 send_n)
     moves = _cpu_moves(M, index, anc, tc)
-    F = np.full(len(M), np.inf)
-    H = np.full(len(M), np.inf)
-    for k in range(max(1, int(q)) * len(acc_ids) + 1):
-        F2, H2 = np.full(len(M), np.inf), np.full(len(M), np.inf)
+    return _levels(len(M), max(1, int(q)) * len(acc_ids), trans, moves)
+
+
+def _levels(N: int, S: int, trans, moves, shares: int = 4) -> float:
+    """``F(V, S)`` budget by budget; ``K`` at a few shares ``c`` (0 and quantiles of the call costs), each
+    call option taking the largest share below its cost (``K`` grows with ``c``)."""
+    costs = np.concatenate([c for _, _, c, _ in trans])
+    costs = costs[np.isfinite(costs)]
+    grid = np.unique(np.concatenate([[0.0], np.quantile(costs, np.linspace(0, 1, shares))]) if len(costs) else [0.0])
+    inf = np.full(N, np.inf)
+    F, H, H_before = inf, inf, inf  # budget k - 1; H also at k - 2
+    K = np.full((len(grid), N), np.inf)
+    for k in range(S + 1):
+        F2, H2, K2 = inf.copy(), inf.copy(), np.full((len(grid), N), np.inf)
         F2[0] = H2[0] = 0.0
-        for i in range(1, len(M)):
+        K2[:, 0] = 0.0
+        for i in range(1, N):
             if k:
                 subs, jp, cf, ch = trans[i]
                 if len(subs):
-                    F2[i] = np.min(np.maximum(F[subs], H[jp] + cf))
-                    H2[i] = np.min(np.maximum(F[subs], H[jp] + ch))
+                    share = K[np.maximum(np.searchsorted(grid, cf, side="right") - 1, 0), subs]
+                    for out, c in ((F2, cf), (H2, ch)):  # J's calls split (b >= 1) or all meeting J' (b = 0)
+                        out[i] = np.min(np.maximum(np.maximum(F[subs], H[jp] + c), np.minimum(H_before[jp] + c, share)))
+                    K2[:, i] = np.maximum(K[:, subs], H[jp][None, :] + cf[None, :] + grid[:, None]).min(axis=1)
             for rest, before, tv in moves[i]:  # ideals by size: rest and before are done
                 F2[i] = min(F2[i], max(F2[rest], H2[before] + tv))
                 H2[i] = min(H2[i], max(F2[rest], H2[before] + tv))
-        F, H = F2, H2
+                K2[:, i] = np.minimum(K2[:, i], np.maximum(K2[:, rest], H2[before] + tv))
+        F, H, K, H_before = F2, H2, K2, H
     return float(F[-1]) if np.isfinite(F[-1]) else 0.0
