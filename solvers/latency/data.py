@@ -31,6 +31,7 @@ from .cuts import (
     reduce_allowed,
     time_bounds,
 )
+from .lastcall import last_call_bound
 from .loads import contention_bound
 from .shaving import branch_refutes
 from .towers import tower_bound
@@ -238,7 +239,9 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
                     block_lower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
                                       send, own, working_set, capacity),
                     tower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
-                                send, own, capacity, tb.ef, working_set))
+                                send, own, capacity, tb.ef, working_set),
+                    last_call_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
+                                    send, own, capacity))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
             def refute(a, level, deadline):
                 return branch_refutes(a, level, bounds_of, topo.is_cpu, rounds=PROBE_ROUNDS, deadline=deadline,

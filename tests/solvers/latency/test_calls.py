@@ -96,4 +96,5 @@ def test_call_bound_charges_whole_calls_where_paths_see_the_wavefront():
     assert sweep == pytest.approx(4.22, abs=1e-6)
     assert calls == pytest.approx(5.22, abs=1e-6)  # the second call also receives the cell beside it
     assert calls <= opt * (1 + 1e-9) and opt == pytest.approx(6.2, abs=1e-6)
-    assert dt.lower * dt.time_scale == pytest.approx(calls, rel=1e-9)  # prepare takes it
+    # prepare takes it, or more: the last-call DP (lastcall.py) proves the optimum here
+    assert calls * (1 - 1e-9) <= dt.lower * dt.time_scale <= opt * (1 + 1e-9)

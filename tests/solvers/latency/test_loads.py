@@ -58,7 +58,8 @@ def test_contention_sees_four_branches_share_two_accelerators():
     assert path < 1.3
     assert load >= 2.2 - 1e-9
     assert load <= opt * (1 + 1e-9)
-    assert dt.lower * dt.time_scale == pytest.approx(load, rel=1e-9)
+    # prepare takes it, or more: the last-call DP (lastcall.py) sees the two calls run one after the other
+    assert load * (1 - 1e-9) <= dt.lower * dt.time_scale <= opt * (1 + 1e-9)
 
 
 def test_contention_is_zero_while_every_node_may_run_on_a_cpu():
