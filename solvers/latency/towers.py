@@ -22,6 +22,11 @@ anc(a) ∪ {a})``, and ``a``'s finish on a CPU. Two cases link ``a_i`` to ``a_{i
   sum_T min recv(u))``. So ``pi(a_{i+1}) >= pi(a_i) + sends + receives + compute(a_{i+1})``, and a new
   call holds at least ``a_{i+1}``.
 
+When one end runs on the CPU and the other in an accelerator call, :mod:`.tower_ends` also charges where
+the segment's towers are: what the call holds of them (compute, memory, the values crossing its boundary)
+and the time of the rest, which runs between the call and the CPU end (``pi(b)`` is the larger of that
+link and the two above).
+
 Each node on a path computes after its predecessor, so ``pi(a_{i+1}) >= pi(a_i) +`` the longest path
 through ``M_i`` (least compute) in every case; more precisely, given where ``a_i`` runs, every path
 through ``M_i`` pays its compute on the devices its nodes choose and a send and a receive wherever it
@@ -50,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cuts import _closures
+from .tower_ends import chain_order, end_links
 
 __all__ = ["articulation_chain", "tower_bound", "TOWER_BUCKETS"]
 
@@ -173,13 +179,9 @@ def _split_options(comp: list[int], a: int, preds: list[list[int]], succs: list[
     the rest (``j = 0``: ``a``'s value, charged once per segment by the caller). Otherwise (or for a
     component that is not a chain) some value of ``a`` or ``T`` leaves ``C`` and some value of ``T`` enters
     ``C'``: the cheapest send (``None``: left to ``a``'s value) and receive, no memory, no compute."""
-    order = sorted(comp)
-    inside = set(order) | {a, b}
-    chain = all([p for p in preds[v] if p in inside] == [order[i - 1] if i else a]
-                and [w for w in succs[v] if w in inside] == [order[i + 1] if i + 1 < len(order) else b]
-                for i, v in enumerate(order))
-    opts = [(0, 0, float(r1[order].min()), "mixed")]
-    if not chain:  # all of it in C' enters through a's value
+    order = chain_order(comp, a, b, preds, succs)
+    opts = [(0, 0, float(r1[comp].min()), "mixed")]
+    if order is None:  # all of it in C' enters through a's value
         return opts + [(0, 0, 0.0, "a")]
     k = len(order)
     cum_t = np.concatenate([[0.0], np.cumsum(tx[order])])
@@ -286,6 +288,7 @@ def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         for p in preds[v]:
             succs[p].append(v)
     caps = cap[acc]
+    tcpu = np.where(allowed[:, cpu], t[:, cpu], np.inf).min(axis=1) if cpu.any() else np.full(n, np.inf)
     split = None
     if len(caps) and np.all(caps == caps[0]) and np.isfinite(caps[0]) and buckets % SPLIT_BUCKETS == 0:
         split = (np.where(np.isfinite(t[:, acc]), t[:, acc], np.inf).min(axis=1), smin[:, acc].min(axis=1),
@@ -317,6 +320,8 @@ def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         from_acc = float((A.min(axis=1) + cut_s).min())  # a's call finished, its sends paid
         from_cpu = float(P.min())
         fresh = None if split is None else _fresh_split(split, A, a, b, comps, preds, succs, direct, buckets)
+        leave, enter = (from_acc, np.zeros(K1)) if split is None else end_links(
+            split, tcpu, A, P, a, b, comps, preds, succs, direct, buckets, SPLIT_BUCKETS)
         newA = np.full((D, K1), np.inf)
         tM = t[M].sum(axis=0)
         mM = units(M)
@@ -327,12 +332,13 @@ def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
                 newA[d, max(int(room[d]) + 1, 0):] = np.inf
             ub = int(units([b])[d])
             if allowed[b, d] and units([b], ws[b])[d] <= buckets:  # a new call, holding at least b
-                newA[d, ub] = min(newA[d, ub], max(from_cpu + cut_r[d] + t[b, d], sw_cpu[d]))
+                via = np.maximum(enter[: K1 - ub], from_cpu + cut_r[d]) + t[b, d]  # a on the CPU
+                newA[d, ub:] = np.minimum(newA[d, ub:], np.maximum(via, sw_cpu[d]))
                 if fresh is None:
                     newA[d, ub] = min(newA[d, ub], max(from_acc + cut_r[d] + t[b, d], sw_acc[d]))
                 else:  # the segment's towers cut between a's call and b's
                     newA[d, ub:] = np.minimum(newA[d, ub:], np.maximum(fresh[: K1 - ub] + t[b, d], sw_acc[d]))
-        newP = np.minimum(np.maximum(from_acc + t[b], sw_acc), np.maximum(from_cpu + t[b], sw_cpu))
+        newP = np.minimum(np.maximum(max(from_acc, leave) + t[b], sw_acc), np.maximum(from_cpu + t[b], sw_cpu))
         newP[acc] = np.inf
         low = np.maximum(pi_min + before_b + t[b], floor[b])  # every path computes in order
         A = np.where(np.isfinite(newA), np.maximum(newA, low[:, None]), np.inf)
