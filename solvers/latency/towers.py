@@ -22,6 +22,11 @@ anc(a) ∪ {a})``, and ``a``'s finish on a CPU. Two cases link ``a_i`` to ``a_{i
   sum_T min recv(u))``. So ``pi(a_{i+1}) >= pi(a_i) + sends + receives + compute(a_{i+1})``, and a new
   call holds at least ``a_{i+1}``.
 
+When one end runs on the CPU and the other in an accelerator call, :mod:`.tower_ends` also charges where
+the segment's towers are: what the call holds of them (compute, memory, the values crossing its boundary)
+and the time of the rest, which runs between the call and the CPU end (``pi(b)`` is the larger of that
+link and the two above).
+
 Each node on a path computes after its predecessor, so ``pi(a_{i+1}) >= pi(a_i) +`` the longest path
 through ``M_i`` (least compute) in every case; more precisely, given where ``a_i`` runs, every path
 through ``M_i`` pays its compute on the devices its nodes choose and a send and a receive wherever it
@@ -50,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cuts import _closures
+from .tower_ends import chain_order, end_links
 
 __all__ = ["articulation_chain", "tower_bound", "TOWER_BUCKETS"]
 
@@ -165,22 +171,22 @@ def _segment_sweep(start: np.ndarray, a: int, M: list[int], preds: list[list[int
 
 
 def _split_options(comp: list[int], a: int, preds: list[list[int]], succs: list[list[int]], b: int,
-                   tx: np.ndarray, s1: np.ndarray, r1: np.ndarray, mem: np.ndarray):
+                   tx: np.ndarray, s1: np.ndarray, r1: np.ndarray, mem: np.ndarray, tcpu: np.ndarray):
     """How one component ``T`` of a segment can lie between ``a``'s call ``C`` and ``b``'s new call ``C'``,
     as (share of ``C`` in coarse units, share of ``C'``, cost, uses ``a``'s value) options. With none of
     ``T`` elsewhere, convexity makes ``C ∩ T`` a prefix and ``C' ∩ T`` a suffix of a chain: cut after its
     ``j``-th node, ``C`` computes the prefix and sends the ``j``-th value, ``C'`` receives it and computes
     the rest (``j = 0``: ``a``'s value, charged once per segment by the caller). Otherwise (or for a
     component that is not a chain) some value of ``a`` or ``T`` leaves ``C`` and some value of ``T`` enters
-    ``C'``: the cheapest send (``None``: left to ``a``'s value) and receive, no memory, no compute."""
-    order = sorted(comp)
-    inside = set(order) | {a, b}
-    chain = all([p for p in preds[v] if p in inside] == [order[i - 1] if i else a]
-                and [w for w in succs[v] if w in inside] == [order[i + 1] if i + 1 < len(order) else b]
-                for i, v in enumerate(order))
-    opts = [(0, 0, float(r1[order].min()), "mixed")]
-    if not chain:  # all of it in C' enters through a's value
-        return opts + [(0, 0, 0.0, "a")]
+    ``C'``: the cheapest send (``None``: left to ``a``'s value) and receive, no memory, no compute. The
+    last item of an option is its side time: a chain not cut between ``C`` and ``C'`` has a node in a third
+    unit, which runs after ``C`` and before ``C'`` (it descends from ``a`` and ``b`` reads it), on the CPU
+    or receiving a value of ``a`` or ``T`` and sending one of ``T``; the caller adds the largest."""
+    order = chain_order(comp, a, b, preds, succs)
+    if order is None:  # all of it in C' enters through a's value
+        return [(0, 0, float(r1[comp].min()), "mixed", 0.0), (0, 0, 0.0, "a", 0.0)]
+    third = float(np.minimum(tcpu[order], tx[order] + r1[[a] + order].min() + s1[order].min()).min())
+    opts = [(0, 0, float(r1[comp].min()), "mixed", third)]
     k = len(order)
     cum_t = np.concatenate([[0.0], np.cumsum(tx[order])])
     cum_m = np.concatenate([[0.0], np.cumsum(mem[order])])
@@ -188,23 +194,23 @@ def _split_options(comp: list[int], a: int, preds: list[list[int]], succs: list[
         x, y = int(np.floor(cum_m[j])), int(np.floor(cum_m[k] - cum_m[j]))
         work = cum_t[k]  # the prefix in C, the suffix in C': the whole tower is computed before b
         if j == 0:
-            opts.append((x, y, work, "a"))
+            opts.append((x, y, work, "a", 0.0))
         else:
             u = order[j - 1]
-            opts.append((x, y, work + float(s1[u]) + float(r1[u]), "cut"))
+            opts.append((x, y, work + float(s1[u]) + float(r1[u]), "cut", 0.0))
     return opts
 
 
-def _split_table(options: list[list[tuple]], sends: list[float], size: int, case: str) -> np.ndarray:
+def _split_table(options: list[list[tuple]], sends: list[float], size: int, case: str, tau: float) -> np.ndarray:
     """(size, size) the least cost of a segment's components over their options by (C's share, C''s share),
     for one case of ``a``'s value: ``"none"`` (not sent: no option may use it), ``"sent"`` (sent, not
-    received by ``C'``: the mixed options may use it), ``"both"``."""
+    received by ``C'``: the mixed options may use it), ``"both"``; only options of side time at most ``tau``."""
     G = np.full((size, size), np.inf)
     G[0, 0] = 0.0
     for opts, send_t in zip(options, sends, strict=True):
         H = np.full((size, size), np.inf)
-        for x, y, cost, kind in opts:
-            if kind == "a" and case != "both":
+        for x, y, cost, kind, side in opts:
+            if (kind == "a" and case != "both") or side > tau:
                 continue
             if kind == "mixed":
                 cost = cost + (0.0 if case != "none" else send_t)
@@ -216,7 +222,7 @@ def _split_table(options: list[list[tuple]], sends: list[float], size: int, case
 
 
 def _fresh_split(split, A: np.ndarray, a: int, b: int, comps: list[list[int]], preds, succs, direct: bool,
-                 buckets: int) -> np.ndarray:
+                 buckets: int, tcpu: np.ndarray) -> np.ndarray:
     """(buckets + 1,) the least ``pi(b)`` less ``b``'s compute when ``b`` opens a new call ``C'`` after ``a``'s
     accelerator call ``C``, by the memory ``C'`` holds of the segment (fine units): ``C`` computes and sends
     its share of each component, ``C'`` receives and computes its share (:func:`_split_options`); ``C``'s
@@ -225,7 +231,8 @@ def _fresh_split(split, A: np.ndarray, a: int, b: int, comps: list[list[int]], p
     tx, s1, r1, mem = split
     size = SPLIT_BUCKETS + 1
     f = buckets // SPLIT_BUCKETS
-    options = [_split_options(c, a, preds, succs, b, tx, s1, r1, mem) for c in comps]
+    options = [_split_options(c, a, preds, succs, b, tx, s1, r1, mem, tcpu) for c in comps]
+    taus = sorted({0.0} | {o[4] for opts in options for o in opts})
     sends = [float(s1[c].min()) for c in comps]
     # least pi(a) of a state of C that leaves x coarse units free: prefix minima over the memory held
     pre = np.minimum.accumulate(A.min(axis=0))  # (K1,) least over devices of states holding <= mu
@@ -235,7 +242,7 @@ def _fresh_split(split, A: np.ndarray, a: int, b: int, comps: list[list[int]], p
     for case, extra in (("none", 0.0), ("sent", sa), ("both", sa + ra)):
         if direct and case != "both":
             continue
-        G = _split_table(options, sends, size, case)
+        G = np.min([_split_table(options, sends, size, case, tau) + tau for tau in taus], axis=0)
         by_y = (room[:, None] + G).min(axis=0) + extra  # (size,) over C''s share
         for y in np.flatnonzero(np.isfinite(by_y)).tolist():
             out[f * y] = min(out[f * y], float(by_y[y]))
@@ -286,6 +293,7 @@ def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         for p in preds[v]:
             succs[p].append(v)
     caps = cap[acc]
+    tcpu = np.where(allowed[:, cpu], t[:, cpu], np.inf).min(axis=1) if cpu.any() else np.full(n, np.inf)
     split = None
     if len(caps) and np.all(caps == caps[0]) and np.isfinite(caps[0]) and buckets % SPLIT_BUCKETS == 0:
         split = (np.where(np.isfinite(t[:, acc]), t[:, acc], np.inf).min(axis=1), smin[:, acc].min(axis=1),
@@ -316,7 +324,10 @@ def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
         sw_cpu = _segment_sweep(np.where(acc, np.inf, P), a, M, preds, t, xfer, same)
         from_acc = float((A.min(axis=1) + cut_s).min())  # a's call finished, its sends paid
         from_cpu = float(P.min())
-        fresh = None if split is None else _fresh_split(split, A, a, b, comps, preds, succs, direct, buckets)
+        fresh = None if split is None else _fresh_split(split, A, a, b, comps, preds, succs, direct, buckets,
+                                                                        tcpu)
+        leave, enter = (from_acc, np.zeros(K1)) if split is None else end_links(
+            split, tcpu, A, P, a, b, comps, preds, succs, direct, buckets, SPLIT_BUCKETS)
         newA = np.full((D, K1), np.inf)
         tM = t[M].sum(axis=0)
         mM = units(M)
@@ -327,12 +338,13 @@ def tower_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, 
                 newA[d, max(int(room[d]) + 1, 0):] = np.inf
             ub = int(units([b])[d])
             if allowed[b, d] and units([b], ws[b])[d] <= buckets:  # a new call, holding at least b
-                newA[d, ub] = min(newA[d, ub], max(from_cpu + cut_r[d] + t[b, d], sw_cpu[d]))
+                via = np.maximum(enter[: K1 - ub], from_cpu + cut_r[d]) + t[b, d]  # a on the CPU
+                newA[d, ub:] = np.minimum(newA[d, ub:], np.maximum(via, sw_cpu[d]))
                 if fresh is None:
                     newA[d, ub] = min(newA[d, ub], max(from_acc + cut_r[d] + t[b, d], sw_acc[d]))
                 else:  # the segment's towers cut between a's call and b's
                     newA[d, ub:] = np.minimum(newA[d, ub:], np.maximum(fresh[: K1 - ub] + t[b, d], sw_acc[d]))
-        newP = np.minimum(np.maximum(from_acc + t[b], sw_acc), np.maximum(from_cpu + t[b], sw_cpu))
+        newP = np.minimum(np.maximum(max(from_acc, leave) + t[b], sw_acc), np.maximum(from_cpu + t[b], sw_cpu))
         newP[acc] = np.inf
         low = np.maximum(pi_min + before_b + t[b], floor[b])  # every path computes in order
         A = np.where(np.isfinite(newA), np.maximum(newA, low[:, None]), np.inf)

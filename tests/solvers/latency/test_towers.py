@@ -57,6 +57,50 @@ def towers_instance(seed: int, n_max: int, q: int):
     return problem(g, paper_topology(2, 1, memory=memory), q)
 
 
+def modules_edges(rng: np.random.Generator, n_max: int) -> list[tuple[int, int]]:
+    """A source, then (up to ``n_max`` nodes) a stem node (one in three) or a module of 2-3 towers joined by a
+    concat: a tower is one node, a chain of two, or a fork of two (both read the module's input, one reads
+    the other), so some towers are not chains."""
+    edges: list[tuple[int, int]] = []
+    x, nxt = 0, 1
+    while nxt + 1 < n_max:
+        if rng.random() < 1 / 3 or nxt + 3 > n_max:
+            edges.append((x, nxt))
+            x, nxt = nxt, nxt + 1
+            continue
+        ends = []
+        for _ in range(int(rng.integers(2, 4))):
+            kind = int(rng.integers(0, 3)) if nxt + 3 < n_max else 0
+            if kind == 0:
+                edges.append((x, nxt))
+                ends.append(nxt)
+            else:
+                edges += [(x, nxt), (nxt, nxt + 1)] + ([(x, nxt + 1)] if kind == 2 else [])
+                ends.append(nxt + 1)
+            nxt += 1 + (kind > 0)
+            if nxt + 1 >= n_max:
+                break
+        edges += [(e, nxt) for e in ends]
+        x, nxt = nxt, nxt + 1
+    return sorted(set(edges)) or [(0, 1)]
+
+
+def modules_instance(seed: int, n_max: int = 8):
+    """Random modules (:func:`modules_edges`) on one CPU 2-10x slower than the accelerators, transfers 0.3-4
+    times a node's compute, memory for 15-60% of the graph per accelerator; q = 2 on one accelerator or
+    q = 1 on two (three units either way, so every placement can be enumerated)."""
+    rng = np.random.default_rng(seed)
+    edges = modules_edges(rng, n_max)
+    n = max(b for _, b in edges) + 1
+    acc = rng.lognormal(0, 0.5, n)
+    comm, slower, fill, q = rng.uniform(0.3, 4), rng.uniform(2, 10), rng.uniform(0.15, 0.6), int(rng.integers(1, 3))
+    out = (rng.lognormal(0, 0.8, n) * 3e6).astype(np.int64)
+    g = profiled_graph(edges, acc * slower * rng.uniform(0.5, 1.5, n), acc, rng.lognormal(np.log(comm), 0.8, n),
+                       size=rng.lognormal(0, 0.6, n) * 1e6, out_bytes=out)
+    memory = float(g.state_bytes.sum()) * fill + 4 * float(out.max())
+    return problem(g, paper_topology(1 if q == 2 else 2, 1, memory=memory), q)
+
+
 def _tower(p, dt) -> float:
     return tower_bound(dt.t, dt.allowed, p.topology.is_cpu, dt.q, dt.edges, dt.val_prod, dt.pair_val, dt.pair_cons,
                        dt.recv, dt.send, _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes), dt.capacity,
@@ -107,3 +151,35 @@ def test_tower_bound_charges_the_cut_between_modules():
     assert opt == pytest.approx(2.1, abs=1e-6)
     assert _tower(p, dt) == pytest.approx(2.1, abs=1e-6)
     assert dt.lower * dt.time_scale == pytest.approx(2.1, abs=1e-6)  # prepare takes it
+
+
+@pytest.mark.parametrize("seed", [67, 96, 123, 124, 134, 225])
+def test_cpu_ends_never_pass_the_optimum(seed):
+    """Instances of :func:`modules_instance` where a CPU end's towers (:mod:`.tower_ends`) or a tower in a third
+    unit between two calls raise the bound."""
+    p = modules_instance(seed)
+    opt = optimum(p)
+    assert math.isfinite(opt)
+    for bounds in (False, True):
+        assert _tower(p, prepare(p, bounds=bounds, probe_seconds=0)) <= opt * (1 + 1e-9)
+    assert _tower(p, prepare(p, opt, probe_seconds=0)) <= opt * (1 + 1e-9)
+
+
+def test_cpu_end_charges_the_towers():
+    """A module whose towers a call full of the stem cannot hold, before a concat on the CPU: they run on
+    the CPU (2-10x slower) or in another call (a receive and a send each). Charging them proves the optimum
+    (7.997 s; 6.900 s when they could sit in the call for free)."""
+    p = modules_instance(225)
+    dt = prepare(p, probe_seconds=0)
+    assert optimum(p) == pytest.approx(7.9971, abs=1e-4)
+    assert _tower(p, dt) == pytest.approx(7.9971, abs=1e-4)
+
+
+def test_third_unit_waits_between_calls():
+    """Two accelerators with one call each (q = 1): a chain tower neither call holds runs in a third unit
+    after the first call and before the second, which the split between two calls now charges: 6.63 s
+    before, the optimum 7.712 s now."""
+    p = modules_instance(123)
+    dt = prepare(p, probe_seconds=0)
+    assert optimum(p) == pytest.approx(7.7119, abs=1e-4)
+    assert _tower(p, dt) == pytest.approx(7.7119, abs=1e-4)
