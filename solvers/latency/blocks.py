@@ -79,7 +79,7 @@ class Tails:
     working set are the head's; ``t_whole`` (n, 2), ``own_whole``, ``ws_whole`` the whole chain's, charged
     when the node is not a cut node and shares its call with a consumer; otherwise (detached) its consumers
     see it ``delay[v, head kind, consumer kind]`` after its unit finishes (``edge_delay`` on edges no value
-    crosses)."""
+    crosses). Why this stays a bound: :mod:`.chains`."""
 
     has: np.ndarray
     t_whole: np.ndarray
@@ -208,7 +208,9 @@ def _unit_order(labels: tuple[int, ...], edges) -> list | None:
 def _charges(blk: _Block, labels: tuple[int, ...], K: _Kinds):
     """Per block node: its compute (2,), own bytes, working set, and ``lag(i, consumer kind or None)``, the delay
     its consumers see after its unit finishes: a node with a tail (:class:`Tails`) counts the whole chain when
-    it is not a cut node and a consumer shares its call, else only its head, with the tail's delay."""
+    it is not a cut node and a consumer shares its call, else only its head, with the tail's delay. A cut node
+    ``e`` adds the least delay to its own time: its consumers are all in the next block, and on an
+    accelerator its call holds none of them unless it holds the tail too (convexity)."""
     nodes = blk.nodes
     tl = [K.t[v] for v in nodes]
     ol = [K.own[v] for v in nodes]
@@ -218,7 +220,11 @@ def _charges(blk: _Block, labels: tuple[int, ...], K: _Kinds):
     if tails is not None:
         last = len(nodes) - 1
         for i, v in enumerate(nodes):
-            if not tails.has[v] or (blk.has_s and i == 0) or (blk.has_e and i == last):
+            if not tails.has[v] or (blk.has_s and i == 0):
+                continue
+            if blk.has_e and i == last:  # the cut node's time (what the next block starts from) waits for its tail
+                lag_e = min(float(tails.edge_delay[v]), float(tails.delay[v, CPU].min()))
+                tl[i] = K.t[v] + np.array([lag_e, tails.edge_delay[v]])
                 continue
             if labels[i] >= 0 and any(labels[b] == labels[i] for a, b in blk.edges if a == i):
                 tl[i], ol[i], wl[i] = tails.t_whole[v], tails.own_whole[v], tails.ws_whole[v]

@@ -27,8 +27,8 @@ latency at most what any feasible placement of the original graph pays:
 
   With the paper's uniform charges (a value costs the same at every accelerator end, CPU ends pay nothing)
   and ``jv`` no larger than the values before it these hold; where one fails the chain stops there. A cut
-  node with a tail is charged as its head alone (its tail's compute, bytes and working set dropped: a
-  relaxation), since the DP carries a cut node's time before it knows where the consumers run.
+  node with a tail is charged as its head plus the least of its delays (its tail's bytes and working set
+  dropped: a relaxation), since the DP carries a cut node's time before it knows where the consumers run.
 
 Tests check the contracted bound against the exhaustive optimum of small operator-like residual graphs
 (tests/solvers/latency/test_chains.py). Figures in ``docs/notes/latency-bounds.md``.
