@@ -233,7 +233,7 @@ def _charges(blk: _Block, labels: tuple[int, ...], K: _Kinds):
 
     def lag(i: int, consumer: int | None) -> float:
         v = det.get(i)
-        if v is None:
+        if v is None or tails is None:
             return 0.0
         if consumer is None:
             return float(tails.edge_delay[v])
@@ -470,7 +470,7 @@ def _labels(n: int, blocks: list[_Block], back) -> np.ndarray | None:
 
 def block_lower_bound(*args, tails: Tails | None = None) -> float:
     """:func:`block_plan`'s bound in model units (0 when the graph is skipped)."""
-    plan = block_plan(*args, tails=tails)
+    plan = block_plan(*args, tails=tails)  # type: ignore[misc]  # the 13 arguments of block_plan, then tails
     return 0.0 if plan is None else plan.bound
 
 
