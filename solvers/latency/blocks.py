@@ -45,7 +45,7 @@ import numpy as np
 
 from planmap.problem import Solution, Stage
 
-__all__ = ["cut_nodes", "block_plan", "block_lower_bound", "placement_of", "BlockPlan", "BLOCK_MAX"]
+__all__ = ["cut_nodes", "block_plan", "block_lower_bound", "placement_of", "BlockPlan", "BLOCK_MAX", "Tails"]
 
 BLOCK_MAX = 5  # most nodes strictly between two cut nodes (labellings grow like the Bell numbers)
 MAX_NODES = 5000  # larger graphs are skipped (a chain of 3,000 nodes, every node a cut node, takes 1 s)
@@ -74,6 +74,22 @@ def cut_nodes(n: int, src: np.ndarray, dst: np.ndarray) -> list[int]:
 
 
 @dataclass(frozen=True)
+class Tails:
+    """Nodes that stand for a chain (a head and its light tail, :mod:`.chains`): the node's ``t``, ``own`` and
+    working set are the head's; ``t_whole`` (n, 2), ``own_whole``, ``ws_whole`` the whole chain's, charged
+    when the node is not a cut node and shares its call with a consumer; otherwise (detached) its consumers
+    see it ``delay[v, head kind, consumer kind]`` after its unit finishes (``edge_delay`` on edges no value
+    crosses). Why this stays a bound: :mod:`.chains`."""
+
+    has: np.ndarray
+    t_whole: np.ndarray
+    own_whole: np.ndarray
+    ws_whole: np.ndarray
+    delay: np.ndarray
+    edge_delay: np.ndarray
+
+
+@dataclass(frozen=True)
 class _Kinds:
     """The problem seen by kind (CPU, accelerator): least compute and least charges over each kind."""
 
@@ -83,9 +99,10 @@ class _Kinds:
     own: np.ndarray  # (n,) bytes a node brings to any device
     ws: np.ndarray  # (n,) working set
     cap: float  # the largest accelerator memory
+    tails: Tails | None = None
 
 
-def _kinds(t, allowed, is_cpu, q, recv, send, own, ws, capacity) -> _Kinds:
+def _kinds(t, allowed, is_cpu, q, recv, send, own, ws, capacity, tails: Tails | None = None) -> _Kinds:
     cpu = np.asarray(is_cpu, bool)
     D = len(cpu)
     cross = np.ones((D, D), bool)
@@ -105,7 +122,8 @@ def _kinds(t, allowed, is_cpu, q, recv, send, own, ws, capacity) -> _Kinds:
                 sk[:, a, b] = np.where(ok[None], send, np.inf).min(axis=(1, 2))
     cap = capacity[~cpu]
     cap_max = float(cap.max()) if len(cap) else 0.0
-    return _Kinds(tk, rk, np.where(np.isfinite(sk), sk, 0.0), own, ws, cap_max * (1 + 1e-9) if cap_max else 0.0)
+    return _Kinds(tk, rk, np.where(np.isfinite(sk), sk, 0.0), own, ws, cap_max * (1 + 1e-9) if cap_max else 0.0,
+                  tails)
 
 
 @dataclass(frozen=True)
@@ -187,12 +205,50 @@ def _unit_order(labels: tuple[int, ...], edges) -> list | None:
     return order if len(order) == len(units) else None
 
 
+def _charges(blk: _Block, labels: tuple[int, ...], K: _Kinds):
+    """Per block node: its compute (2,), own bytes, working set, and ``lag(i, consumer kind or None)``, the delay
+    its consumers see after its unit finishes: a node with a tail (:class:`Tails`) counts the whole chain when
+    it is not a cut node and a consumer shares its call, else only its head, with the tail's delay. A cut node
+    ``e`` adds the least delay to its own time: its consumers are all in the next block, and on an
+    accelerator its call holds none of them unless it holds the tail too (convexity)."""
+    nodes = blk.nodes
+    tl = [K.t[v] for v in nodes]
+    ol = [K.own[v] for v in nodes]
+    wl = [K.ws[v] for v in nodes]
+    tails = K.tails
+    det: dict[int, int] = {}
+    if tails is not None:
+        last = len(nodes) - 1
+        for i, v in enumerate(nodes):
+            if not tails.has[v] or (blk.has_s and i == 0):
+                continue
+            if blk.has_e and i == last:  # the cut node's time (what the next block starts from) waits for its tail
+                lag_e = min(float(tails.edge_delay[v]), float(tails.delay[v, CPU].min()))
+                tl[i] = K.t[v] + np.array([lag_e, tails.edge_delay[v]])
+                continue
+            if labels[i] >= 0 and any(labels[b] == labels[i] for a, b in blk.edges if a == i):
+                tl[i], ol[i], wl[i] = tails.t_whole[v], tails.own_whole[v], tails.ws_whole[v]
+            else:
+                det[i] = v
+
+    def lag(i: int, consumer: int | None) -> float:
+        v = det.get(i)
+        if v is None or tails is None:
+            return 0.0
+        if consumer is None:
+            return float(tails.edge_delay[v])
+        return float(tails.delay[v, CPU if labels[i] < 0 else ACC, consumer])
+
+    return tl, ol, wl, lag
+
+
 def _evaluate_block(blk: _Block, labels: tuple[int, ...], K: _Kinds) -> _Outcome | None:
     """The outcome of one labelling relative to ``tau(s) = 0``; None when no placement labels the block so
     (not convex, a cycle between units, a node on a kind it cannot run on, a call over the memory)."""
     nodes = blk.nodes
     kind = [CPU if c < 0 else ACC for c in labels]
-    if any(not np.isfinite(K.t[v, kind[i]]) for i, v in enumerate(nodes)):
+    tl, ol, wl, lag = _charges(blk, labels, K)
+    if any(not np.isfinite(tl[i][kind[i]]) for i in range(len(nodes))):
         return None
     if not blk.convex(labels):
         return None
@@ -217,22 +273,23 @@ def _evaluate_block(blk: _Block, labels: tuple[int, ...], K: _Kinds) -> _Outcome
             ready = 0.0
             for a, b in blk.edges:
                 if b == i and unit[a] != u:
-                    ready = max(ready, fin[unit[a]])
+                    ready = max(ready, fin[unit[a]] + lag(a, None))
             for j, a, b in blk.uses:
                 if b == i and unit[a] != u:
-                    ready = max(ready, fin[unit[a]] + K.recv[j, kind[a], CPU])
-            fin[u] = 0.0 if blk.has_s and i == 0 else ready + K.t[nodes[i], CPU]  # tau(s) = 0
+                    ready = max(ready, fin[unit[a]] + lag(a, CPU) + K.recv[j, kind[a], CPU])
+            fin[u] = 0.0 if blk.has_s and i == 0 else ready + tl[i][CPU]  # tau(s) = 0
             if u == e_unit:
                 tau_e = fin[u]
             continue
-        own = sum(K.own[nodes[i]] for i in mem if not (is_s_call and i == 0))
-        wsm = max((K.ws[nodes[i]] for i in mem if not (is_s_call and i == 0)), default=0.0)
-        work = sum(K.t[nodes[i], ACC] for i in mem if not (is_s_call and i == 0))
+        own = sum(ol[i] for i in mem if not (is_s_call and i == 0))
+        wsm = max((wl[i] for i in mem if not (is_s_call and i == 0)), default=0.0)
+        work = sum(tl[i][ACC] for i in mem if not (is_s_call and i == 0))
         if is_s_call:
             start = 0.0  # tau(s): the call has received everything and computed up to s
         else:
-            start = max((fin[unit[a]] for a, b in blk.edges if unit[b] == u and unit[a] != u), default=0.0)
-            start = max([start] + [fin[unit[a]] for _, a, b in blk.uses if unit[b] == u and unit[a] != u])
+            start = max((fin[unit[a]] + lag(a, None) for a, b in blk.edges if unit[b] == u and unit[a] != u),
+                        default=0.0)
+            start = max([start] + [fin[unit[a]] + lag(a, ACC) for _, a, b in blk.uses if unit[b] == u and unit[a] != u])
             taken = {(j, a) for j, a, b in blk.uses if unit[b] == u and unit[a] != u}
             work += sum(K.recv[j, kind[a], ACC] for j, a in taken)
         if u == e_unit:
@@ -251,12 +308,13 @@ def _evaluate_block(blk: _Block, labels: tuple[int, ...], K: _Kinds) -> _Outcome
             return None
     if s_call is not None:
         inside = [i for i in members[s_call] if i != 0]
-        add_m = sum(K.own[nodes[i]] for i in inside)
-        add_w = max((K.ws[nodes[i]] for i in inside), default=0.0)
+        add_m = sum(ol[i] for i in inside)
+        add_w = max((wl[i] for i in inside), default=0.0)
     else:
         add_m = add_w = 0.0
     if not blk.has_e:
-        cost, e_kind, joins = max(fin.values(), default=0.0), -1, False
+        ends = [fin[unit[i]] + lag(i, None) for i in range(len(nodes)) if unit[i] in fin]  # a tail ends later
+        cost, e_kind, joins = max(list(fin.values()) + ends, default=0.0), -1, False
     else:
         cost, e_kind, joins = tau_e, kind[last], s_call is not None and labels[last] == s_call
     return _Outcome(float(cost), e_kind, joins, float(add_m), float(add_w), float(new_m), float(new_w), labels)
@@ -332,7 +390,7 @@ def _first_fronts(first: int, K: _Kinds) -> dict[int | None, list[_State]]:
 
 
 def block_plan(t, allowed, is_cpu, q, edges, val_prod, pair_val, pair_cons, recv, send, own, working_set,
-               capacity) -> BlockPlan | None:
+               capacity, tails: Tails | None = None) -> BlockPlan | None:
     """The bound of the module docstring in model units, or None when the graph has no cut node, a block
     has more than ``BLOCK_MAX`` nodes or the graph more than ``MAX_NODES``. Arguments as in
     :class:`.data.LatencyData`; ``own`` (n,) the bytes a node brings to any device."""
@@ -347,7 +405,7 @@ def block_plan(t, allowed, is_cpu, q, edges, val_prod, pair_val, pair_cons, recv
     cuts = cut_nodes(n, src, dst)
     if not cuts or np.diff([-1] + cuts + [n]).max() - 1 > BLOCK_MAX:
         return None
-    K = _kinds(t, allowed, is_cpu, q, recv, send, own, working_set, capacity)
+    K = _kinds(t, allowed, is_cpu, q, recv, send, own, working_set, capacity, tails)
     uses_of: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     for j, c in sorted(set(zip(pair_val.tolist(), pair_cons.tolist(), strict=True))):
         uses_of[c].append((j, int(val_prod[j])))
@@ -410,9 +468,9 @@ def _labels(n: int, blocks: list[_Block], back) -> np.ndarray | None:
     return out
 
 
-def block_lower_bound(*args) -> float:
+def block_lower_bound(*args, tails: Tails | None = None) -> float:
     """:func:`block_plan`'s bound in model units (0 when the graph is skipped)."""
-    plan = block_plan(*args)
+    plan = block_plan(*args, tails=tails)  # type: ignore[misc]  # the 13 arguments of block_plan, then tails
     return 0.0 if plan is None else plan.bound
 
 

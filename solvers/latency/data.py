@@ -20,6 +20,7 @@ from planmap.vocabulary import Mode
 
 from .blocks import block_lower_bound
 from .calls import call_lower_bound
+from .chains import contracted_block_bound
 from .cuts import (
     BUCKETS,
     PROBE_ROUNDS,
@@ -238,6 +239,8 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
                                      send, own, capacity, tb.tail_fin),
                     block_lower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
                                       send, own, working_set, capacity),
+                    contracted_block_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons,
+                                           recv, send, own, working_set, capacity, g.colocation),
                     tower_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
                                 send, own, capacity, tb.ef, working_set),
                     last_call_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
