@@ -40,7 +40,9 @@ finishes before ``X`` starts, while ``J``'s CPU nodes finish by ``X``'s end: ``X
 CPU node of I)``, follows the same recursion: a maximal node on the CPU is peeled off (its finish counts in full);
 otherwise the call ``Y`` that finishes last among the calls holds an up-set of ``I`` (a node above it, on the CPU,
 would lie below a maximal node whose call depends on ``Y``), so ``K(I, k, c) >= max(K(J, k - 1, c), H(J', k - 1)
-+ cost(Y) + c)``. The true value grows with ``c`` (the DP uses ``K`` at a few ``c`` below the cost).
++ cost(Y) + c)``. The true value grows with ``c``, so ``K`` at any ``c`` below the cost bounds it from below: the DP
+tabulates ``K`` at ``c = 0``, four quantiles of the costs and 16 geometrically spaced ``c``, and each option takes the
+largest below its cost.
 
 Everything else is relaxed: calls of one device neither wait for each other nor share
 its memory, working sets and sends other than the one above are left out, and ``J`` and ``J'`` are
@@ -60,12 +62,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["last_call_bound", "LASTCALL_MAX_IDEALS", "LASTCALL_MAX_PAIRS", "LASTCALL_MAX_NODES"]
+__all__ = ["last_call_bound", "LASTCALL_MAX_IDEALS", "LASTCALL_MAX_PAIRS", "LASTCALL_MAX_NODES", "LASTCALL_SHARES"]
 
 LASTCALL_MAX_NODES = 300  # larger graphs are skipped
 LASTCALL_MAX_IDEALS = 2500  # ideals of the reduced graph the DP may enumerate
 LASTCALL_MAX_PAIRS = 600_000  # (ideal, sub-ideal) pairs the transitions may touch
 LASTCALL_MAX_DROPPED = 0.25  # at most this share of the nodes (the cheapest) is deleted to fit
+LASTCALL_SHARES = 16  # nonzero shares c at which K is tabulated
 
 
 def _ancestors(n: int, preds: list[list[int]]) -> np.ndarray:
@@ -227,12 +230,23 @@ def last_call_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: i
     return _levels(len(M), max(1, int(q)) * len(acc_ids), trans, moves)
 
 
-def _levels(N: int, S: int, trans, moves, shares: int = 4) -> float:
-    """``F(V, S)`` budget by budget; ``K`` at a few shares ``c`` (0 and quantiles of the call costs), each
-    call option taking the largest share below its cost (``K`` grows with ``c``)."""
-    costs = np.concatenate([c for _, _, c, _ in trans])
-    costs = costs[np.isfinite(costs)]
-    grid = np.unique(np.concatenate([[0.0], np.quantile(costs, np.linspace(0, 1, shares))]) if len(costs) else [0.0])
+def _share_grid(costs: np.ndarray, shares: int) -> np.ndarray:
+    """The shares ``c`` at which ``K`` is tabulated: 0, the least and largest cost and its tertiles (the
+    earlier grid, kept so no bound drops) and ``shares`` points spaced geometrically up to the largest call
+    cost (from 1e-4 of it), so each cost, small or large, finds a share within a fixed ratio below it
+    (quantiles alone left the few large calls, the decoder's for one, with a share far below theirs)."""
+    pos = costs[np.isfinite(costs) & (costs > 0)]
+    if not len(pos):
+        return np.zeros(1)
+    top = float(pos.max())
+    quantiles = np.quantile(costs[np.isfinite(costs)], np.linspace(0, 1, 4))
+    return np.unique(np.concatenate([[0.0], quantiles, np.geomspace(max(float(pos.min()), top * 1e-4), top, shares)]))
+
+
+def _levels(N: int, S: int, trans, moves) -> float:
+    """``F(V, S)`` budget by budget; ``K`` at a few shares ``c`` (:func:`_share_grid`), each call option taking
+    the largest share below its cost (``K`` grows with ``c``)."""
+    grid = _share_grid(np.concatenate([c for _, _, c, _ in trans]), LASTCALL_SHARES)
     inf = np.full(N, np.inf)
     F, H, H_before = inf, inf, inf  # budget k - 1; H also at k - 2
     K = np.full((len(grid), N), np.inf)
