@@ -183,6 +183,7 @@ def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers:
         else:
             lab[b] = cur if mode == NEW else -1
             rest = cur if mode == NEW else -1
+            own = old + 1 + any(tag in ("side", "cside") for tag, _ in tags)  # X first, then each "cown" call
             for comp, (tag, j) in zip(segs[i - 1], tags, strict=True):
                 order = sorted(comp)
                 if tag == "next":
@@ -192,12 +193,13 @@ def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers:
                 elif tag == "cpucut":
                     lab[order[:j]] = -1
                     lab[order[j:]] = cur
-                elif tag == "side":  # the side call is the last opened (b is on the CPU)
-                    lab[order[:j]] = cur
+                elif tag == "side":  # the side call X is the first opened (b is on the CPU)
+                    lab[order[:j]] = old + 1
                     lab[order[j:]] = -1
-                elif tag == "cside":  # a prefix on the CPU, then the side call, then the CPU
+                elif tag in ("cside", "cown"):  # a prefix on the CPU, then X or a call of its own, then the CPU
                     lab[order] = -1
-                    lab[order[j[0]:j[1]]] = cur
+                    lab[order[j[0]:j[1]]] = old + 1 if tag == "cside" else own
+                    own += tag == "cown"
                 else:
                     lab[order[:j]] = old
                     lab[order[j:]] = rest
@@ -238,8 +240,8 @@ def chain_plan(problem: Problem, one_per_device: bool = True, cpu_prefix: int = 
     cpus = [int(c) for c in topo.cpus if dt.allowed[:, c].any()]
     c = cpus[0] if cpus else None
     own = _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes)
-    k = Costs(dt, own, int(accs[0]), int(accs[1]), c)
     cap = float(dt.capacity[accs].min()) * (1 - 1e-6)
+    k = Costs(dt, own, int(accs[0]), int(accs[1]), c, cap)
     max_calls = min(len(accs) if one_per_device else dt.q * len(accs), MAX_CALLS)
     segs = _segments(n, chain, preds, anc, desc)
     sides = _side_branches(n, chain, segs, preds, anc, desc)

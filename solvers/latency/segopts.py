@@ -28,10 +28,12 @@ SAME, NEW, CPU = 0, 1, 2  # where b runs: a's call, a new call, the CPU
 
 
 class Costs:
-    """Per-node charges of one representative accelerator pair (``A`` -> ``B``) and the CPU ``c``."""
+    """Per-node charges of one representative accelerator pair (``A`` -> ``B``) and the CPU ``c``; ``cap`` the
+    bytes one call may hold."""
 
-    def __init__(self, dt, own: np.ndarray, A: int, B: int, c: int | None):
+    def __init__(self, dt, own: np.ndarray, A: int, B: int, c: int | None, cap: float = np.inf):
         n = dt.n
+        self.cap = cap
         self.tA = np.where(np.isfinite(dt.t[:, A]), dt.t[:, A], np.inf)
         self.tC = dt.t[:, c] if c is not None else np.full(n, np.inf)
         self.own, self.ws = own, dt.working_set.astype(float)
@@ -144,17 +146,21 @@ def _cpu_side_rows(order: list[int], exits: list[int], preds, k: Costs, a: int, 
             u = order[j - 1]
             sends, tail = (k.s_ac[exits].sum(), k.d_ac[exits].max()) if j == len(order) else (
                 k.s_ac[u], k.d_ac[u] + cpu_path(order[j:], preds, k.tC))
-            rows.append(("cside", (i, j), 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, -np.inf, 0, float(k.own[mid].sum()),
-                         float(k.ws[mid].max()), float(k.tA[mid].sum() + k.r_ca[order[i - 1]] + sends), float(tail),
-                         wait, 0))
+            mx, wx, cx = float(k.own[mid].sum()), float(k.ws[mid].max()), float(k.tA[mid].sum())
+            cx += float(k.r_ca[order[i - 1]] + sends)
+            rows.append(("cside", (i, j), 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, -np.inf, 0, mx, wx, cx, float(tail), wait, 0))
+            if mx + wx <= k.cap:  # or in a call of its own (on another idle accelerator): a CPU part with a detour
+                rows.append(("cown", (i, j), 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, wait + cx + float(tail), 0, 0, 0, 0,
+                             -np.inf, -np.inf, 0, 1))
     return rows
 
 
-_SUM = (2, 4, 5, 6, 8, 9, 13, 14, 16)  # columns of a tower option summed over a segment's towers
+_SUM = (2, 4, 5, 6, 8, 9, 13, 14, 16, 20)  # columns of a tower option summed over a segment's towers
 _MAX = (3, 7, 12, 15, 17, 18)  # columns maxed
-_NO_SIDE = (0.0, 0.0, 0.0, -np.inf, -np.inf, 0.0)  # memX, wsX, xsum, xtail, xwait, xneedA without a side call
+_NO_SIDE = (0.0, 0.0, 0.0, -np.inf, -np.inf, 0.0, 0.0)  # memX, wsX, xsum, xtail, xwait, xneedA, own calls
 _ANY = (10, 11, 19)  # flags
-_COLS = 20
+_COLS = 21
+_LATE = ("cside", "cown")  # options thinned first
 
 
 def combos(rows_per_tower: list[list[tuple]]) -> tuple[np.ndarray, tuple[list[list[tuple]], np.ndarray]]:
@@ -162,10 +168,10 @@ def combos(rows_per_tower: list[list[tuple]]) -> tuple[np.ndarray, tuple[list[li
     option index per tower of each combination); cut options thinned (every other one of the tower with the
     most, then the last option of the tower with the most) while there are more than ``MAX_COMBOS``."""
     rows = [list(r) for r in rows_per_tower]
-    while int(np.prod([len(r) for r in rows])) > MAX_COMBOS and any(x[0] == "cside" for r in rows for x in r):
-        i = int(np.argmax([sum(x[0] == "cside" for x in r) for r in rows]))  # CPU-prefixed side calls go first
-        cs = [x for x in rows[i] if x[0] == "cside"]
-        rows[i] = [x for x in rows[i] if x[0] != "cside"] + cs[1::2]
+    while int(np.prod([len(r) for r in rows])) > MAX_COMBOS and any(x[0] in _LATE for r in rows for x in r):
+        i = int(np.argmax([sum(x[0] in _LATE for x in r) for r in rows]))  # CPU-prefixed side calls go first
+        cs = [x for x in rows[i] if x[0] in _LATE]
+        rows[i] = [x for x in rows[i] if x[0] not in _LATE] + cs[1::2]
     while int(np.prod([len(r) for r in rows])) > MAX_COMBOS:
         i = int(np.argmax([sum(x[0] in ("cut", "cpucut") for x in r) for r in rows]))
         cuts = [x for x in rows[i] if x[0] in ("cut", "cpucut")]
@@ -174,7 +180,7 @@ def combos(rows_per_tower: list[list[tuple]]) -> tuple[np.ndarray, tuple[list[li
         else:  # many towers without cuts: the tower with the most options loses its last
             i = int(np.argmax([len(r) for r in rows]))
             rows[i] = rows[i][:-1]
-    num = [np.array([(*x[2:], *_NO_SIDE[len(x) - 14:])[:_COLS - 2] for x in r], float).reshape(len(r), _COLS - 2)
+    num = [np.array([(*x[2:], *_NO_SIDE[len(x) - 14:]) for x in r], float).reshape(len(r), _COLS - 2)
            for r in rows]
     idx = np.array(list(itertools.product(*[range(len(r)) for r in rows])), np.int64).reshape(
         int(np.prod([len(r) for r in rows])), len(rows))
@@ -198,14 +204,13 @@ def tags(table, i: int) -> tuple[tuple[str, int], ...]:
 
 def representatives(shifted, cap: float) -> np.ndarray:
     """Indices of the combinations worth trying: the least ``K`` per (memory bucket of ``a``'s call, of the new
-    call), ties to the lower index."""
-    K, memC, _, memN, _, _ = shifted
+    call, calls opened), ties to the lower index."""
+    K, memC, _, memN, _, calls = shifted
     ok = np.flatnonzero(np.isfinite(K))
-    cell = np.ceil(memC[ok] / cap * MEM_BUCKETS).astype(np.int64) * (MEM_BUCKETS + 2) + np.ceil(
-        memN[ok] / cap * MEM_BUCKETS).astype(np.int64)
-    order = np.lexsort((ok, K[ok], cell))
+    cell = np.stack([np.ceil(memC[ok] / cap * MEM_BUCKETS), np.ceil(memN[ok] / cap * MEM_BUCKETS), calls[ok]], 1)
+    order = np.lexsort((ok, K[ok], cell[:, 2], cell[:, 1], cell[:, 0]))
     first = np.ones(len(order), bool)
-    first[1:] = cell[order][1:] != cell[order][:-1]
+    first[1:] = (cell[order][1:] != cell[order][:-1]).any(axis=1)
     return ok[order[first]]
 
 
@@ -240,4 +245,5 @@ def shift(agg: np.ndarray, a: int, b: int, k: Costs, a_acc: bool, mode: int, dir
         xfin = xstart + np.where(xneedA, k.r_ca[a], 0.0) + xsum
         K = np.maximum(cpu_off, 0.0)
     K = np.maximum(K, np.where(side, xfin + xtail, -np.inf)) + k.tC[b]
-    return K, memC, wsC, np.where(side, memX, 0.0), np.where(side, wsX, 0.0), side.astype(np.int64)
+    calls = side.astype(np.int64) + agg[:, 20].astype(np.int64)  # the side call X, then one per "cown" tower
+    return K, memC, wsC, np.where(side, memX, 0.0), np.where(side, wsX, 0.0), calls
