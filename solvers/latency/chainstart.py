@@ -15,7 +15,8 @@ Here every segment chooses one of (:mod:`.segopts` lists them and what each cost
   (``C'`` waits for it and receives its outputs), or, for a chain tower, is cut after any of its nodes
   (the prefix in ``C`` or on the CPU, the suffix in ``C'``);
 * ``b`` on the CPU: each tower in ``C``, on the CPU, in a side call (receives ``a``, sends to the CPU), or
-  cut between one of these and the CPU.
+  cut between one of these and the CPU; or its first node on the CPU, the next ones in the side call (which
+  then receives that node's small output, not ``a``) and the rest on the CPU.
 
 Each choice shifts the chain point of ``b`` (its call's start, receives and compute up to it; its finish
 on the CPU) by a constant given the kind of ``a``'s unit, so the DP over (chain node, unit kind, number
@@ -78,7 +79,7 @@ def _keep(cands: list[_State], cap: float, max_calls: int) -> list[_State]:
 
 
 def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, succs, k: Costs, cap: float,
-          max_calls: int, side: list[int] | None) -> list[_State]:
+          max_calls: int, side: list[int] | None, cpu_prefix: int) -> list[_State]:
     """The states of ``b`` from those of ``a`` over every choice of the segment between them."""
     M = sorted(set().union(*comps) | {b}) if comps else [b]
     direct = a in preds[b]
@@ -88,7 +89,7 @@ def _step(states: list[_State], a: int, b: int, comps: list[list[int]], preds, s
         for mode in (NEW, CPU):
             if mode == CPU and not np.isfinite(k.tC[b]):
                 continue
-            rows = [tower_options(c, a, b, preds, succs, k, a_acc, mode) for c in comps]
+            rows = [tower_options(c, a, b, preds, succs, k, a_acc, mode, cpu_prefix) for c in comps]
             if any(not r for r in rows):
                 continue
             agg, table = combos(rows)
@@ -182,6 +183,7 @@ def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers:
         else:
             lab[b] = cur if mode == NEW else -1
             rest = cur if mode == NEW else -1
+            own = old + 1 + any(tag in ("side", "cside") for tag, _ in tags)  # X first, then each "cown" call
             for comp, (tag, j) in zip(segs[i - 1], tags, strict=True):
                 order = sorted(comp)
                 if tag == "next":
@@ -191,9 +193,13 @@ def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers:
                 elif tag == "cpucut":
                     lab[order[:j]] = -1
                     lab[order[j:]] = cur
-                elif tag == "side":  # the side call is the last opened (b is on the CPU)
-                    lab[order[:j]] = cur
+                elif tag == "side":  # the side call X is the first opened (b is on the CPU)
+                    lab[order[:j]] = old + 1
                     lab[order[j:]] = -1
+                elif tag in ("cside", "cown"):  # a prefix on the CPU, then X or a call of its own, then the CPU
+                    lab[order] = -1
+                    lab[order[j[0]:j[1]]] = old + 1 if tag == "cside" else own
+                    own += tag == "cown"
                 else:
                     lab[order[:j]] = old
                     lab[order[j:]] = rest
@@ -207,11 +213,12 @@ def _labels(n: int, chain: list[int], segs, sides: dict[int, list[int]], layers:
     return lab
 
 
-def chain_plan(problem: Problem, one_per_device: bool = True) -> list[tuple[float, np.ndarray]]:
+def chain_plan(problem: Problem, one_per_device: bool = True, cpu_prefix: int = 1) -> list[tuple[float, np.ndarray]]:
     """(the DP's latency in seconds, unit of each node as :func:`_labels`) of the best final states, fastest
     first; empty when the graph has no articulation chain of three nodes or fewer than two accelerators.
     ``one_per_device``: at most one call per accelerator (else up to q, their memory left to the packing of
-    :func:`_devices_of_calls`, which may fail)."""
+    :func:`_devices_of_calls`, which may fail); ``cpu_prefix``: at most this many nodes of a tower on the CPU
+    before its side call (0: side calls receive ``a`` only)."""
     topo = problem.topology
     accs = topo.accelerators
     if problem.objective is not ObjectiveKind.LATENCY or len(accs) < 2 or problem.num_nodes < 3:
@@ -233,8 +240,8 @@ def chain_plan(problem: Problem, one_per_device: bool = True) -> list[tuple[floa
     cpus = [int(c) for c in topo.cpus if dt.allowed[:, c].any()]
     c = cpus[0] if cpus else None
     own = _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes)
-    k = Costs(dt, own, int(accs[0]), int(accs[1]), c)
     cap = float(dt.capacity[accs].min()) * (1 - 1e-6)
+    k = Costs(dt, own, int(accs[0]), int(accs[1]), c, cap)
     max_calls = min(len(accs) if one_per_device else dt.q * len(accs), MAX_CALLS)
     segs = _segments(n, chain, preds, anc, desc)
     sides = _side_branches(n, chain, segs, preds, anc, desc)
@@ -248,7 +255,7 @@ def chain_plan(problem: Problem, one_per_device: bool = True) -> list[tuple[floa
         init.append(_State(cpu_path(first, preds, k.tC), 0.0, 0.0, 0, False, None))
     layers = [_keep(init, cap, max_calls)]
     for i, (a, b) in enumerate(zip(chain[:-1], chain[1:], strict=True)):
-        layers.append(_step(layers[-1], a, b, segs[i], preds, succs, k, cap, max_calls, sides.get(b)))
+        layers.append(_step(layers[-1], a, b, segs[i], preds, succs, k, cap, max_calls, sides.get(b), cpu_prefix))
         if not layers[-1]:
             return []
     tail = _bits(desc[chain[-1]])

@@ -92,3 +92,15 @@ def test_wide_module_stays_within_the_combination_cap():
     p = problem(g, paper_topology(3, 1, memory=float(g.state_bytes.sum())), 2)
     starts = chain_starts(p)
     assert starts and evaluate(p, starts[0]).feasible
+
+
+@pytest.mark.parametrize("seed", [4, 7])
+def test_side_calls_after_a_cpu_prefix(seed):
+    """A tower's first node on the CPU, its next nodes in the side call or a call of their own (which then
+    receives that node's value, not the segment's input), the rest on the CPU: exact under evaluate and faster
+    than side calls that start from the segment's input only."""
+    p = slow_cpu_instance(seed)
+    value, lab = chain_plan(p)[0]
+    ev = evaluate(p, _placements(p, lab)[0])
+    assert ev.feasible and ev.objective == pytest.approx(value, rel=1e-9)
+    assert value < chain_plan(p, cpu_prefix=0)[0][0] * (1 - 1e-6)
