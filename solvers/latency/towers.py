@@ -55,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cuts import _closures
-from .tower_ends import chain_order, end_links
+from .tower_ends import chain_order, end_links, least_run
 
 __all__ = ["articulation_chain", "tower_bound", "TOWER_BUCKETS"]
 
@@ -180,12 +180,13 @@ def _split_options(comp: list[int], a: int, preds: list[list[int]], succs: list[
     component that is not a chain) some value of ``a`` or ``T`` leaves ``C`` and some value of ``T`` enters
     ``C'``: the cheapest send (``None``: left to ``a``'s value) and receive, no memory, no compute. The
     last item of an option is its side time: a chain not cut between ``C`` and ``C'`` has a node in a third
-    unit, which runs after ``C`` and before ``C'`` (it descends from ``a`` and ``b`` reads it), on the CPU
-    or receiving a value of ``a`` or ``T`` and sending one of ``T``; the caller adds the largest."""
+    unit, which runs after ``C`` and before ``C'`` (it descends from ``a`` and ``b`` reads it): the nodes
+    outside ``C`` and ``C'`` are a run of the chain (``C`` holds a prefix, ``C'`` a suffix), which costs at
+    least the least chain-side time of any run (:func:`.tower_ends.least_run`); the caller adds the largest."""
     order = chain_order(comp, a, b, preds, succs)
     if order is None:  # all of it in C' enters through a's value
         return [(0, 0, float(r1[comp].min()), "mixed", 0.0), (0, 0, 0.0, "a", 0.0)]
-    third = float(np.minimum(tcpu[order], tx[order] + r1[[a] + order].min() + s1[order].min()).min())
+    third = least_run(order, a, tcpu, tx, r1, s1)  # C holds a prefix, C' a suffix: the rest is a run
     opts = [(0, 0, float(r1[comp].min()), "mixed", third)]
     k = len(order)
     cum_t = np.concatenate([[0.0], np.cumsum(tx[order])])
