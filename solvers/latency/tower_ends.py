@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["chain_order", "end_links", "end_options", "end_table", "least_run"]
+__all__ = ["chain_order", "end_links", "end_options", "end_table", "side_time"]
 
 
 def chain_order(comp: list[int], a: int, b: int, preds: list[list[int]], succs: list[list[int]]) -> list[int] | None:
@@ -52,7 +52,8 @@ def chain_order(comp: list[int], a: int, b: int, preds: list[list[int]], succs: 
     return order if ok else None
 
 
-def _side(nodes: list[int], enter: int, tcpu: np.ndarray, tacc: np.ndarray, r1: np.ndarray, s1: np.ndarray) -> float:
+def side_time(nodes: list[int], enter: int, tcpu: np.ndarray, tacc: np.ndarray, r1: np.ndarray,
+              s1: np.ndarray) -> float:
     """Least time of a chain's side part ``nodes`` (in order, the first reading ``enter``'s value, which is
     ready when the part may start): a shortest path over where each node runs, the CPU (its CPU time, a
     free receive) or an accelerator unit (its least accelerator time; the unit receives the value that
@@ -65,16 +66,6 @@ def _side(nodes: list[int], enter: int, tcpu: np.ndarray, tacc: np.ndarray, r1: 
                           min(on_acc, on_cpu + float(r1[prev])) + float(tacc[v]))
         prev = v
     return min(on_cpu, on_acc + float(s1[prev]))
-
-
-def least_run(order: list[int], a: int, tcpu: np.ndarray, tacc: np.ndarray, r1: np.ndarray, s1: np.ndarray) -> float:
-    """Least :func:`_side` time over the nonempty runs ``order[i:j]`` of a chain read from ``a``: the part of a
-    chain tower outside two calls that hold a prefix and a suffix of it."""
-    best = float("inf")
-    for i in range(len(order)):
-        for j in range(i + 1, len(order) + 1):
-            best = min(best, _side(order[i:j], order[i - 1] if i else a, tcpu, tacc, r1, s1))
-    return best
 
 
 Option = tuple[int, float, float, str]
@@ -104,11 +95,11 @@ def end_options(comp: list[int], a: int, b: int, preds, succs, holds_a: bool, ta
         share = int(np.floor(cum_m[j] if holds_a else cum_m[k] - cum_m[j]))
         work = float(tacc[inner].sum())
         if holds_a:  # C sends the value where the tower leaves it (a's own when j = 0)
-            t_side = _side(side, order[j - 1] if j else a, tcpu, tacc, r1, s1)
+            t_side = side_time(side, order[j - 1] if j else a, tcpu, tacc, r1, s1)
             sent = float(s1[order[j - 1]]) if j else 0.0
             opts.append((share, work + sent, t_side, "cut" if j else "a"))
         else:  # C receives the value where the tower enters it (a's own when j = 0)
-            t_side = _side(side, a, tcpu, tacc, r1, s1)
+            t_side = side_time(side, a, tcpu, tacc, r1, s1)
             got = float(r1[order[j - 1]]) if j else 0.0
             opts.append((share, work + got, t_side, "cut" if j else "a"))
     return opts
