@@ -17,9 +17,14 @@ nodes of ``C`` is in ``C``): a prefix of a chain tower when ``C`` holds ``a``, a
   when some tower needs it, otherwise one value of ``T`` per tower not held whole.
 * The side part of ``T`` runs after ``F`` and before ``b`` starts (``C`` holds ``a``: it descends from
   ``C``'s part or from ``a``, and ``b`` reads it), or after ``a`` finishes and before ``C`` starts (``C``
-  holds ``b``: ``C`` receives a value of it). Its nodes compute one after another along the tower, each
-  at least its least time, and if any runs in an accelerator unit that unit receives a value of ``a``
-  or ``T`` and sends one of ``T`` (least charges over devices); on the CPU a chain costs its CPU time.
+  holds ``b``: ``C`` receives a value of it). For a chain tower the side part is a run of it whose first node
+  reads one known value (``a``'s, or the one where ``C`` cuts the tower) and whose last node's value leaves
+  for the other end. Every unit starts after the units it reads from finish, and a unit's duration holds its
+  receives, compute and sends, so along the run each node runs on the CPU (its CPU time; a CPU receive is a
+  delay, at least 0) or in an accelerator unit (its least accelerator time), and each switch from the CPU
+  (or the known value) into an accelerator unit pays the receive of the value crossing, each switch out of
+  one (to the CPU, to another unit, or at the run's end) the send of the value crossing (least charges over
+  devices): a shortest path over the run with two states, exact for a run alone on idle devices.
   A non-chain tower's side part holds at least one node that reads ``a`` (``C`` holds ``b``) or that
   ``b`` reads (``C`` holds ``a``), so it costs at least the cheapest of those.
 
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["chain_order", "end_links", "end_options", "end_table"]
+__all__ = ["chain_order", "end_links", "end_options", "end_table", "side_time"]
 
 
 def chain_order(comp: list[int], a: int, b: int, preds: list[list[int]], succs: list[list[int]]) -> list[int] | None:
@@ -47,14 +52,20 @@ def chain_order(comp: list[int], a: int, b: int, preds: list[list[int]], succs: 
     return order if ok else None
 
 
-def _side(nodes: list[int], enter: list[int], tcpu: np.ndarray, tmin: np.ndarray, r1: np.ndarray,
-          s1: np.ndarray) -> float:
-    """Least time of a chain's side part ``nodes`` run in order: all on the CPU, or through an accelerator
-    unit that receives one of the ``enter`` values and sends one of ``nodes``."""
+def side_time(nodes: list[int], enter: int, tcpu: np.ndarray, tacc: np.ndarray, r1: np.ndarray,
+              s1: np.ndarray) -> float:
+    """Least time of a chain's side part ``nodes`` (in order, the first reading ``enter``'s value, which is
+    ready when the part may start): a shortest path over where each node runs, the CPU (its CPU time, a
+    free receive) or an accelerator unit (its least accelerator time; the unit receives the value that
+    enters it from the CPU or ``enter`` and sends the value that leaves it for the CPU or the part's end)."""
     if not nodes:
         return 0.0
-    via_acc = float(tmin[nodes].sum() + r1[enter].min() + s1[nodes].min())
-    return min(float(tcpu[nodes].sum()), via_acc)
+    on_cpu, on_acc, prev = 0.0, float("inf"), enter
+    for v in nodes:
+        on_cpu, on_acc = (min(on_cpu, on_acc + float(s1[prev])) + float(tcpu[v]),
+                          min(on_acc, on_cpu + float(r1[prev])) + float(tacc[v]))
+        prev = v
+    return min(on_cpu, on_acc + float(s1[prev]))
 
 
 Option = tuple[int, float, float, str]
@@ -84,13 +95,11 @@ def end_options(comp: list[int], a: int, b: int, preds, succs, holds_a: bool, ta
         share = int(np.floor(cum_m[j] if holds_a else cum_m[k] - cum_m[j]))
         work = float(tacc[inner].sum())
         if holds_a:  # C sends the value where the tower leaves it (a's own when j = 0)
-            enter = ([a] + order)[j: k]
-            t_side = _side(side, enter, tcpu, tmin, r1, s1)
+            t_side = side_time(side, order[j - 1] if j else a, tcpu, tacc, r1, s1)
             sent = float(s1[order[j - 1]]) if j else 0.0
             opts.append((share, work + sent, t_side, "cut" if j else "a"))
         else:  # C receives the value where the tower enters it (a's own when j = 0)
-            enter = ([a] + order)[: j]
-            t_side = _side(side, enter, tcpu, tmin, r1, s1)
+            t_side = side_time(side, a, tcpu, tacc, r1, s1)
             got = float(r1[order[j - 1]]) if j else 0.0
             opts.append((share, work + got, t_side, "cut" if j else "a"))
     return opts

@@ -55,11 +55,12 @@ from __future__ import annotations
 import numpy as np
 
 from .cuts import _closures
-from .tower_ends import chain_order, end_links
+from .tower_ends import chain_order, end_links, side_time
 
 __all__ = ["articulation_chain", "tower_bound", "TOWER_BUCKETS"]
 
 TOWER_BUCKETS = 4096  # memory resolution per accelerator (the DP holds chain x devices x buckets numbers)
+SIDE_LEVELS = 16  # steps of the side times in the split between two calls (each a knapsack per case)
 SPLIT_BUCKETS = 64  # coarser resolution of the two calls' shares of a segment cut between them
 
 
@@ -173,32 +174,50 @@ def _segment_sweep(start: np.ndarray, a: int, M: list[int], preds: list[list[int
 def _split_options(comp: list[int], a: int, preds: list[list[int]], succs: list[list[int]], b: int,
                    tx: np.ndarray, s1: np.ndarray, r1: np.ndarray, mem: np.ndarray, tcpu: np.ndarray):
     """How one component ``T`` of a segment can lie between ``a``'s call ``C`` and ``b``'s new call ``C'``,
-    as (share of ``C`` in coarse units, share of ``C'``, cost, uses ``a``'s value) options. With none of
-    ``T`` elsewhere, convexity makes ``C ∩ T`` a prefix and ``C' ∩ T`` a suffix of a chain: cut after its
-    ``j``-th node, ``C`` computes the prefix and sends the ``j``-th value, ``C'`` receives it and computes
-    the rest (``j = 0``: ``a``'s value, charged once per segment by the caller). Otherwise (or for a
-    component that is not a chain) some value of ``a`` or ``T`` leaves ``C`` and some value of ``T`` enters
-    ``C'``: the cheapest send (``None``: left to ``a``'s value) and receive, no memory, no compute. The
-    last item of an option is its side time: a chain not cut between ``C`` and ``C'`` has a node in a third
-    unit, which runs after ``C`` and before ``C'`` (it descends from ``a`` and ``b`` reads it), on the CPU
-    or receiving a value of ``a`` or ``T`` and sending one of ``T``; the caller adds the largest."""
+    as (share of ``C`` in coarse units, share of ``C'``, cost, kind, side time) options; the caller adds the
+    largest side time and the sum of the costs. For a chain, convexity makes ``C ∩ T`` a prefix
+    ``order[:i]`` (``C`` holds ``a``) and ``C' ∩ T`` a suffix ``order[j:]`` (``C'`` holds ``b``); both
+    compute theirs (least accelerator time). ``i = j``: cut, ``C`` sends the ``i``-th value and ``C'``
+    receives it (``i = 0``: ``a``'s value, kind ``"a"``, charged once per segment by the caller). ``i < j``:
+    the run ``order[i:j]`` is in other units (the CPU, other calls): its first node reads the ``i``-th value
+    (``a``'s when ``i = 0``, kind ``"a sent"``: ``C`` must send it, ``C'`` need not receive it), which ``C``
+    sends, so the run starts after ``C`` finishes; ``C'`` receives the run's last value, so it starts after
+    the run; the run costs at least its side time (:func:`.tower_ends.side_time`, a shortest path over CPU
+    and accelerator units). These cover every placement of the chain. A component that is not a chain: some
+    value of ``a`` or ``T`` leaves ``C`` and some value of ``T`` enters ``C'``: the cheapest send (``None``:
+    left to ``a``'s value) and receive, no memory, no compute."""
     order = chain_order(comp, a, b, preds, succs)
     if order is None:  # all of it in C' enters through a's value
         return [(0, 0, float(r1[comp].min()), "mixed", 0.0), (0, 0, 0.0, "a", 0.0)]
-    third = float(np.minimum(tcpu[order], tx[order] + r1[[a] + order].min() + s1[order].min()).min())
-    opts = [(0, 0, float(r1[comp].min()), "mixed", third)]
+    opts = []
     k = len(order)
     cum_t = np.concatenate([[0.0], np.cumsum(tx[order])])
     cum_m = np.concatenate([[0.0], np.cumsum(mem[order])])
-    for j in range(k + 1):
-        x, y = int(np.floor(cum_m[j])), int(np.floor(cum_m[k] - cum_m[j]))
-        work = cum_t[k]  # the prefix in C, the suffix in C': the whole tower is computed before b
-        if j == 0:
-            opts.append((x, y, work, "a", 0.0))
-        else:
-            u = order[j - 1]
-            opts.append((x, y, work + float(s1[u]) + float(r1[u]), "cut", 0.0))
-    return opts
+    for i in range(k + 1):  # C holds order[:i], C' order[j:], a third unit (or the CPU) the run between
+        for j in range(i, k + 1):
+            x, y = int(np.floor(cum_m[i])), int(np.floor(cum_m[k] - cum_m[j]))
+            work = cum_t[i] + cum_t[k] - cum_t[j]
+            if i == j:  # cut: C sends the i-th value (a's own when i = 0), C' receives it
+                opts.append((x, y, work + (float(s1[order[i - 1]] + r1[order[i - 1]]) if i else 0.0),
+                             "cut" if i else "a", 0.0))
+                continue
+            run = order[i:j]
+            enter = order[i - 1] if i else a
+            side = side_time(run, enter, tcpu, tx, r1, s1)
+            cost = work + (float(s1[enter]) if i else 0.0) + float(r1[run[-1]])
+            opts.append((x, y, cost, "cut" if i else "a sent", side))
+    return _pareto(opts)
+
+
+def _pareto(opts: list[tuple]) -> list[tuple]:
+    """The options no other option of the same kind beats in every share, cost and side time."""
+    keep: list[tuple] = []
+    for o in opts:
+        beaten = any(p[3] == o[3] and p[0] <= o[0] and p[1] <= o[1] and p[2] <= o[2] and p[4] <= o[4]
+                     and p[:3] + p[4:] != o[:3] + o[4:] for p in opts)
+        if not beaten and o not in keep:
+            keep.append(o)
+    return keep
 
 
 def _split_table(options: list[list[tuple]], sends: list[float], size: int, case: str, tau: float) -> np.ndarray:
@@ -210,7 +229,7 @@ def _split_table(options: list[list[tuple]], sends: list[float], size: int, case
     for opts, send_t in zip(options, sends, strict=True):
         H = np.full((size, size), np.inf)
         for x, y, cost, kind, side in opts:
-            if (kind == "a" and case != "both") or side > tau:
+            if (kind == "a" and case != "both") or (kind == "a sent" and case == "none") or side > tau:
                 continue
             if kind == "mixed":
                 cost = cost + (0.0 if case != "none" else send_t)
@@ -232,6 +251,12 @@ def _fresh_split(split, A: np.ndarray, a: int, b: int, comps: list[list[int]], p
     size = SPLIT_BUCKETS + 1
     f = buckets // SPLIT_BUCKETS
     options = [_split_options(c, a, preds, succs, b, tx, s1, r1, mem, tcpu) for c in comps]
+    top = max((o[4] for opts in options for o in opts), default=0.0)
+    if top > 0:  # side times rounded down to SIDE_LEVELS steps, not below the tower's least (fewer thresholds)
+        step = top / SIDE_LEVELS
+        least = [min((o[4] for o in opts if o[4] > 0), default=0.0) for opts in options]
+        options = [_pareto([o[:4] + (max(np.floor(o[4] / step) * step, lo) if o[4] > 0 else 0.0,) for o in opts])
+                   for opts, lo in zip(options, least, strict=True)]
     taus = sorted({0.0} | {o[4] for opts in options for o in opts})
     sends = [float(s1[c].min()) for c in comps]
     # least pi(a) of a state of C that leaves x coarse units free: prefix minima over the memory held
