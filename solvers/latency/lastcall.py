@@ -62,6 +62,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..pipeline.ideals import TooManyIdeals, enumerate_ideals, unpack
+from .towers import _predecessors
+
 __all__ = ["last_call_bound", "LASTCALL_MAX_IDEALS", "LASTCALL_MAX_PAIRS", "LASTCALL_MAX_NODES", "LASTCALL_SHARES"]
 
 LASTCALL_MAX_NODES = 300  # larger graphs are skipped
@@ -83,25 +86,11 @@ def _ancestors(n: int, preds: list[list[int]]) -> np.ndarray:
 
 def _ideals(n: int, preds: list[list[int]], cap: int) -> np.ndarray | None:
     """Every ideal as a row of a bool matrix, by size (the empty one first); None beyond ``cap``."""
-    empty = np.zeros(n, bool)
-    seen = {empty.tobytes(): empty}
-    frontier = [empty]
-    while frontier:
-        nxt = []
-        for ideal in frontier:
-            for v in range(n):
-                if ideal[v] or not all(ideal[p] for p in preds[v]):
-                    continue
-                grown = ideal.copy()
-                grown[v] = True
-                key = grown.tobytes()
-                if key not in seen:
-                    seen[key] = grown
-                    nxt.append(grown)
-                    if len(seen) > cap:
-                        return None
-        frontier = nxt
-    return np.array(list(seen.values()))
+    edges = np.array([(p, v) for v in range(n) for p in preds[v]], np.int64).reshape(-1, 2)
+    try:
+        return unpack(enumerate_ideals(n, edges, cap), n)
+    except TooManyIdeals:
+        return None
 
 
 def _reduced(preds: list[list[int]], keep: np.ndarray) -> list[list[int]]:
@@ -185,9 +174,7 @@ def last_call_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: i
     acc_ids = np.flatnonzero(~cpu)
     if n == 0 or n > LASTCALL_MAX_NODES or not len(acc_ids):
         return 0.0
-    preds: list[list[int]] = [[] for _ in range(n)]
-    for a, b in zip(*(np.asarray(e, np.int64).tolist() for e in edges), strict=True):
-        preds[b].append(a)
+    preds = _predecessors(n, np.asarray(edges[0], np.int64), np.asarray(edges[1], np.int64))
     t = np.where(allowed, t, np.inf)
     fit = _fit(preds, t.min(axis=1))
     if fit is None:
