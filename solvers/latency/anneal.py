@@ -47,16 +47,13 @@ __all__ = ["anneal", "anneal_budget"]
 
 SEED = 15  # the generator's seed: the same inputs give the same placement
 EVAL_CAP = 40_000  # evaluations of one anneal() call at most
-ANNEAL_SHARE = 0.2  # share of a time limit the budget is sized for (as moves.MOVES_SHARE)
+ANNEAL_SHARE = 0.1  # share of a time limit the budget is sized for (as moves.MOVES_SHARE)
 EVALS_PER_NODE_SECOND = 100_000  # evaluations a second x nodes (as moves.EVALS_PER_NODE_SECOND)
-import os
-T_START, T_END = float(os.environ.get('TS', 0.005)), float(os.environ.get('TE', 0.0002))  # temperature as a share of the start's latency, first and last evaluation
-ROUNDS = int(os.environ.get('RO', 4))  # the budget is spent in this many cooling rounds, each from the best placement so far
-_DEBUG: list = []
-RRT = os.environ.get('RRT') == '1'
+T_START, T_END = 0.02, 0.001  # temperature as a share of the start's latency, first and last evaluation
+ROUNDS = 1  # the budget is spent in this many cooling rounds, each from the best placement so far
 MAX_RUN = 4  # nodes moved along a path at once
-MEMORY_SLACK = float(os.environ.get('MS', 0.05))  # the walk may overfill a device by this share of its memory...
-PENALTY = float(os.environ.get('PEN', 20.0))  # ...paying this many times the overfilled share (of the latency)
+MEMORY_SLACK = 0.05  # the walk may overfill a device by this share of its memory...
+PENALTY = 5.0  # ...paying this many times the overfilled share (of the latency)
 
 
 def anneal_budget(problem: Problem, time_limit: float) -> int:
@@ -286,7 +283,7 @@ class _Proposals:
         return _to_new(calls, k, sub, d, pos), {calls[k][0], d}
 
     def diamond(self, calls: Calls, where: np.ndarray):
-        """A call cut around two of its nodes ``u`` and ``w``: ``u`` with its ancestors in the call stays,
+        """A call cut around two of its nodes, ``u`` and a descendant ``w``: ``u`` with its ancestors in the call stays,
         ``w`` with its descendants and each weakly connected piece of what is left (what runs between
         them, in parallel) go to free slots (merged into the previous piece when none is left)."""
         sp = self.sp
@@ -295,7 +292,11 @@ class _Proposals:
             return None
         k = big[int(self.rng.integers(len(big)))]
         nodes = calls[k][1]
-        u, w = (int(x) for x in self.rng.choice(nodes, 2, replace=False))
+        u = int(nodes[self.rng.integers(len(nodes))])
+        below = nodes[self.sp.reach[u, nodes]]
+        if len(below) < 3:
+            return None
+        w = int(below[self.rng.integers(1, len(below))])  # a descendant of u (below[0] is u itself)
         head = self._closure(u, nodes, up=True)
         tail = np.setdiff1d(self._closure(w, nodes, up=False), head)
         middle = np.setdiff1d(nodes, np.union1d(head, tail))
@@ -362,19 +363,20 @@ class _Proposals:
         return out, {calls[i][0]}
 
 
-KINDS: tuple[tuple[str, float], ...] = (("shift", 0.35), ("to_cpu", 0.08), ("from_cpu", 0.08), ("split", 0.14),
-                                        ("merge", 0.08), ("relocate", 0.06), ("swap", 0.05), ("diamond", float(os.environ.get('DW', 0.1))), ("double", 0.16))
+KINDS: tuple[tuple[str, float], ...] = (  # proposal kinds and how often each is drawn ("double": two at once)
+    ("shift", 0.35), ("to_cpu", 0.08), ("from_cpu", 0.08), ("split", 0.14), ("merge", 0.08), ("relocate", 0.06),
+    ("swap", 0.05), ("diamond", 0.15), ("double", 0.16))
 
 
-def _propose(pr: _Proposals, calls: Calls, kinds: list[Callable], weights: np.ndarray, tries: int = 20):
-    """A proposal that passes the cheap checks (None after ``tries`` failures); ``double`` chains two."""
+def _propose(pr: _Proposals, calls: Calls, singles: list[Callable], weights: np.ndarray, tries: int = 20):
+    """A proposal that passes the cheap checks (None after ``tries`` failures): kind ``i`` of ``singles``
+    drawn by ``weights``, whose last entry is the weight of two singles at once."""
     sp = pr.sp
     for _ in range(tries):
-        i = int(pr.rng.choice(len(kinds), p=weights))
-        steps = 2 if kinds[i] is None else 1
+        i = int(pr.rng.choice(len(weights), p=weights))
         state, changed = calls, set()
-        for _ in range(steps):
-            f = kinds[i] if kinds[i] is not None else kinds[int(pr.rng.choice(len(kinds) - 1, p=_single(weights)))]
+        for _ in range(2 if i == len(singles) else 1):
+            f = singles[i] if i < len(singles) else singles[int(pr.rng.choice(len(singles), p=_single(weights)))]
             got = f(state, _where(sp.n, state))
             if got is None:
                 break
@@ -416,14 +418,14 @@ def anneal(problem: Problem, solution: Solution, *, budget: int, seed: int = SEE
     sp = _Space(problem)
     rng = np.random.default_rng(seed)
     pr = _Proposals(sp, rng)
-    kinds: list[Callable | None] = [getattr(pr, name) if name != "double" else None for name, _ in KINDS]
+    singles: list[Callable] = [getattr(pr, name) for name, _ in KINDS[:-1]]
     weights = np.array([w for _, w in KINDS])
     weights /= weights.sum()
     best = cur = calls_of(problem, solution)
     best_val = cur_val = ev.objective
     found, evals, misses, per_round = 0, 0, 0, max(1, budget // ROUNDS)
     while evals < budget and (deadline is None or time.perf_counter() < deadline):
-        cand = _propose(pr, cur, kinds, weights)
+        cand = _propose(pr, cur, singles, weights)
         if cand is None:
             misses += 1
             if misses > budget:
@@ -439,13 +441,7 @@ def anneal(problem: Problem, solution: Solution, *, budget: int, seed: int = SEE
         if not np.isfinite(value):
             continue
         delta = value - cur_val
-        if _DEBUG:
-            _DEBUG.append((evals, cur_val, e.objective, temp))
-        if RRT:
-            ok = delta <= 0 or value <= best_val + temp
-        else:
-            ok = delta <= 0 or rng.random() < math.exp(-delta / temp)
-        if ok:
+        if delta <= 0 or rng.random() < math.exp(-delta / temp):
             cur, cur_val = cand, value
             if e.feasible and cur_val < best_val * (1 - 1e-9):
                 best, best_val, found = cur, cur_val, found + 1
