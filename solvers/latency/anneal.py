@@ -50,7 +50,6 @@ EVAL_CAP = 40_000  # evaluations of one anneal() call at most
 ANNEAL_SHARE = 0.1  # share of a time limit the budget is sized for (as moves.MOVES_SHARE)
 EVALS_PER_NODE_SECOND = 100_000  # evaluations a second x nodes (as moves.EVALS_PER_NODE_SECOND)
 T_START, T_END = 0.02, 0.001  # temperature as a share of the start's latency, first and last evaluation
-ROUNDS = 1  # the budget is spent in this many cooling rounds, each from the best placement so far
 MAX_RUN = 4  # nodes moved along a path at once
 MEMORY_SLACK = 0.05  # the walk may overfill a device by this share of its memory...
 PENALTY = 5.0  # ...paying this many times the overfilled share (of the latency)
@@ -423,7 +422,7 @@ def anneal(problem: Problem, solution: Solution, *, budget: int, seed: int = SEE
     weights /= weights.sum()
     best = cur = calls_of(problem, solution)
     best_val = cur_val = ev.objective
-    found, evals, misses, per_round = 0, 0, 0, max(1, budget // ROUNDS)
+    found = evals = misses = 0
     while evals < budget and (deadline is None or time.perf_counter() < deadline):
         cand = _propose(pr, cur, singles, weights)
         if cand is None:
@@ -431,10 +430,7 @@ def anneal(problem: Problem, solution: Solution, *, budget: int, seed: int = SEE
             if misses > budget:
                 break
             continue
-        frac = (evals % per_round) / per_round
-        if evals and evals % per_round == 0:
-            cur, cur_val = best, best_val  # a new cooling round from the best so far
-        temp = best_val * T_START * (T_END / T_START) ** frac
+        temp = best_val * T_START * (T_END / T_START) ** (evals / budget)
         evals += 1
         e = evaluate(problem, _solution(problem, cand))
         value = _penalised(e)
