@@ -54,6 +54,7 @@ from planmap.vocabulary import ObjectiveKind
 from .. import mip, mip_backends
 from ..mip_model import by_second, lin, new_model
 from ..timebox import TimeBoxExpired, time_box
+from .anneal import anneal, anneal_budget
 from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
 from .data import MEMORY_MARGIN, PROBE_SECONDS, LatencyData, charge_levels, interchangeable_devices, prepare
@@ -451,6 +452,17 @@ class LatencyIP:
                 moved_latency = evaluate(problem, moved).objective
                 notes.append(f"call moves: {start_latency * 1e3:.4g} -> {moved_latency * 1e3:.4g} ms from {start_name}")
                 start, start_name, start_latency = moved, f"call moves from {start_name}", moved_latency
+            if time.perf_counter() < moves_end - 1.0:  # annealing: out of the local optimum the moves stop in
+                try:
+                    annealed, found = anneal(problem, start, budget=anneal_budget(problem, options.time_limit),
+                                             deadline=moves_end)
+                except KeyboardInterrupt:
+                    return _interrupted(start, start_latency, start_name, notes + ["interrupted during the annealing"],
+                                        time.perf_counter() - t0)
+                if found:
+                    ann_latency = evaluate(problem, annealed).objective
+                    notes.append(f"annealing: {start_latency * 1e3:.4g} -> {ann_latency * 1e3:.4g} ms")
+                    start, start_name, start_latency = annealed, f"annealing from {start_name}", ann_latency
         # the latency the call moves ran to their end from; None (cut short): the LNS starts with them
         polished = start_latency if time.perf_counter() < moves_end else None
         cells = len(crossings(problem.graph, np.arange(problem.num_nodes)).values) * problem.num_devices ** 2
