@@ -41,14 +41,13 @@ from planmap.problem import Problem, Solution
 from planmap.structure import quotient_order
 from planmap.vocabulary import Mode
 
-from .moves import MAX_NODES, Calls, _distinct, _Graph, _insert_new, _solution, calls_of
+from .moves import MAX_NODES, Calls, _distinct, _Graph, _insert_new, _solution, calls_of, moves_budget
 
 __all__ = ["anneal", "anneal_budget"]
 
 SEED = 15  # the generator's seed: the same inputs give the same placement
 EVAL_CAP = 40_000  # evaluations of one anneal() call at most
 ANNEAL_SHARE = 0.1  # share of a time limit the budget is sized for (as moves.MOVES_SHARE)
-EVALS_PER_NODE_SECOND = 100_000  # evaluations a second x nodes (as moves.EVALS_PER_NODE_SECOND)
 T_START, T_END = 0.02, 0.001  # temperature as a share of the start's latency, first and last evaluation
 MAX_RUN = 4  # nodes moved along a path at once
 MEMORY_SLACK = 0.05  # the walk may overfill a device by this share of its memory...
@@ -57,8 +56,7 @@ PENALTY = 5.0  # ...paying this many times the overfilled share (of the latency)
 
 def anneal_budget(problem: Problem, time_limit: float) -> int:
     """Evaluations the annealing may spend under ``time_limit`` seconds (a count, not a clock)."""
-    n = max(50, problem.num_nodes)
-    return int(min(EVAL_CAP, ANNEAL_SHARE * time_limit * EVALS_PER_NODE_SECOND / n))
+    return moves_budget(problem, time_limit, share=ANNEAL_SHARE, cap=EVAL_CAP)
 
 
 class _Space:

@@ -440,29 +440,23 @@ class LatencyIP:
         if start is not None and start_latency is not None and any(n.startswith("interrupted") for n in notes):
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
         moves_end = t0 + BASELINE_SHARE * options.time_limit  # the model build keeps the time it had
-        if (start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES
-                and time.perf_counter() < moves_end - 1.0):
-            try:  # call moves (a producer or a branch in a call of its own): the MIP's start and horizon
-                moved, found = improve(problem, start, budget=moves_budget(problem, options.time_limit),
-                                       deadline=moves_end)
-            except KeyboardInterrupt:
-                return _interrupted(start, start_latency, start_name, notes + ["interrupted during the call moves"],
-                                    time.perf_counter() - t0)
-            if found:
-                moved_latency = evaluate(problem, moved).objective
-                notes.append(f"call moves: {start_latency * 1e3:.4g} -> {moved_latency * 1e3:.4g} ms from {start_name}")
-                start, start_name, start_latency = moved, f"call moves from {start_name}", moved_latency
-            if time.perf_counter() < moves_end - 1.0:  # annealing: out of the local optimum the moves stop in
+        if start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES:
+            # call moves (a producer or a branch in a call of its own), then annealing out of the local optimum
+            # they stop in: the MIP's start and horizon
+            steps = (("call moves", improve, moves_budget(problem, options.time_limit)),
+                     ("annealing", anneal, anneal_budget(problem, options.time_limit)))
+            for label, step, budget in steps:
+                if time.perf_counter() >= moves_end - 1.0:
+                    break
                 try:
-                    annealed, found = anneal(problem, start, budget=anneal_budget(problem, options.time_limit),
-                                             deadline=moves_end)
+                    better, found = step(problem, start, budget=budget, deadline=moves_end)
                 except KeyboardInterrupt:
-                    return _interrupted(start, start_latency, start_name, notes + ["interrupted during the annealing"],
+                    return _interrupted(start, start_latency, start_name, notes + [f"interrupted during the {label}"],
                                         time.perf_counter() - t0)
                 if found:
-                    ann_latency = evaluate(problem, annealed).objective
-                    notes.append(f"annealing: {start_latency * 1e3:.4g} -> {ann_latency * 1e3:.4g} ms")
-                    start, start_name, start_latency = annealed, f"annealing from {start_name}", ann_latency
+                    latency = evaluate(problem, better).objective
+                    notes.append(f"{label}: {start_latency * 1e3:.4g} -> {latency * 1e3:.4g} ms from {start_name}")
+                    start, start_name, start_latency = better, f"{label} from {start_name}", latency
         # the latency the call moves ran to their end from; None (cut short): the LNS starts with them
         polished = start_latency if time.perf_counter() < moves_end else None
         cells = len(crossings(problem.graph, np.arange(problem.num_nodes)).values) * problem.num_devices ** 2

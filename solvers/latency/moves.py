@@ -377,11 +377,11 @@ def _kicks(gr: _Graph, sc: _Scorer) -> Iterator[tuple[Calls, float]]:
                 yield state, val
 
 
-def moves_budget(problem: Problem, time_limit: float) -> int:
-    """Evaluations the moves may spend under ``time_limit`` seconds: a count, not a clock, so the
-    same inputs give the same plan (about ``MOVES_SHARE`` of the limit on an idle machine)."""
+def moves_budget(problem: Problem, time_limit: float, share: float = MOVES_SHARE, cap: int = EVAL_BUDGET) -> int:
+    """Evaluations a search may spend under ``time_limit`` seconds: a count, not a clock, so the
+    same inputs give the same plan (about ``share`` of the limit on an idle machine, at most ``cap``)."""
     n = max(50, problem.num_nodes)
-    return int(min(EVAL_BUDGET, MOVES_SHARE * time_limit * EVALS_PER_NODE_SECOND / n))
+    return int(min(cap, share * time_limit * EVALS_PER_NODE_SECOND / n))
 
 
 def improve(problem: Problem, solution: Solution, *, budget: int = EVAL_BUDGET, kick_budget: int = KICK_BUDGET,

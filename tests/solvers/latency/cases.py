@@ -16,6 +16,14 @@ from planmap.workloads.graphs import profiled_graph, random_dag
 CERT = Certificate(Status.HEURISTIC, "enumeration")
 
 
+def placement(calls: list[tuple[int, list[int]]], n: int) -> Solution:
+    """The placement with one stage per ``(device, nodes)`` entry, in that order."""
+    a = np.zeros(n, np.int32)
+    for k, (_, nodes) in enumerate(calls):
+        a[nodes] = k
+    return Solution(a, tuple(Stage((d,)) for d, _ in calls), CERT)
+
+
 def problem(g, topo, q=1, **kw) -> Problem:
     """A latency problem with at most ``q`` subgraphs per accelerator (contiguous when ``q`` = 1)."""
     return Problem.from_graph(g, topo, objective="latency", max_subgraphs=q, contiguous=q == 1, **kw)

@@ -7,20 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from planmap.evaluate import evaluate
-from planmap.problem import Certificate, Solution, Stage, Status
 from planmap.solvers.latency.anneal import anneal
 from planmap.solvers.latency.moves import calls_of, improve
 from planmap.workloads.graphs import paper_topology, profiled_graph
-from tests.solvers.latency.cases import bytes_graph, problem
-
-CERT = Certificate(Status.HEURISTIC, "test")
-
-
-def placement(calls: list[tuple[int, list[int]]], n: int) -> Solution:
-    a = np.zeros(n, np.int32)
-    for k, (_, nodes) in enumerate(calls):
-        a[nodes] = k
-    return Solution(a, tuple(Stage((d,)) for d, _ in calls), CERT)
+from tests.solvers.latency.cases import bytes_graph, placement, problem
 
 
 def grid_problem():

@@ -8,20 +8,11 @@ import numpy as np
 import pytest
 
 from planmap.evaluate import evaluate
-from planmap.problem import Certificate, Problem, Solution, Stage, Status
+from planmap.problem import Problem
 from planmap.solvers.latency.moves import calls_of, improve
 from planmap.workloads.graphs import paper_topology, profiled_graph
 from planmap.workloads.nets import gnmt, net_topology
-from tests.solvers.latency.cases import problem
-
-CERT = Certificate(Status.HEURISTIC, "test")
-
-
-def placement(calls: list[tuple[int, list[int]]], n: int) -> Solution:
-    a = np.zeros(n, np.int32)
-    for k, (_, nodes) in enumerate(calls):
-        a[nodes] = k
-    return Solution(a, tuple(Stage((d,)) for d, _ in calls), CERT)
+from tests.solvers.latency.cases import placement, problem
 
 
 def gnmt_problem() -> Problem:
