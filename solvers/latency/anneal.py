@@ -41,7 +41,7 @@ from planmap.problem import Problem, Solution
 from planmap.structure import quotient_order
 from planmap.vocabulary import Mode
 
-from .moves import MAX_NODES, Calls, _distinct, _Graph, _insert_new, _solution, calls_of, moves_budget
+from .moves import MAX_NODES, Calls, _distinct, _Graph, _insert_new, _remove, _solution, calls_of, moves_budget
 
 __all__ = ["anneal", "anneal_budget"]
 
@@ -166,10 +166,8 @@ def _move(calls: Calls, k: int, sub: np.ndarray, to: int) -> Calls:
 
 
 def _to_new(calls: Calls, k: int, sub: np.ndarray, d: int, pos: int) -> Calls:
-    rest = list(calls)
-    rest[k] = (calls[k][0], np.setdiff1d(calls[k][1], sub))
-    rest = [c for c in rest if len(c[1])]
-    return _insert_new(rest, d, pos, sub)
+    """``sub`` (in call ``k``) as a new call on ``d`` at position ``pos``; an emptied call disappears."""
+    return _insert_new(_remove(calls, k, sub), d, pos, sub)
 
 
 class _Proposals:
