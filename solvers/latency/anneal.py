@@ -133,6 +133,37 @@ class _Space:
             last[d] = k
         return quotient_order(self.problem.graph, unit, len(calls) + self.n, chain) is not None
 
+    def closure(self, v: int, nodes: np.ndarray, up: bool) -> np.ndarray:
+        """``v`` with its ancestors (``up``) or descendants inside ``nodes``."""
+        keep = self.reach[nodes, v] if up else self.reach[v, nodes]
+        return nodes[keep]
+
+    def components(self, nodes: np.ndarray) -> list[np.ndarray]:
+        """Weakly connected components of the subgraph induced by ``nodes``."""
+        gr, left, out = self.gr, set(nodes.tolist()), []
+        while left:
+            stack, comp = [left.pop()], []
+            while stack:
+                v = stack.pop()
+                comp.append(v)
+                for x in np.concatenate([gr.succ_of(v), gr.pred_of(v)]).tolist():
+                    if x in left:
+                        left.remove(x)
+                        stack.append(x)
+            out.append(np.array(sorted(comp), np.int64))
+        return out
+
+    def diamond(self, nodes: np.ndarray, u: int, w: int) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        """A call's ``nodes`` cut around ``u`` and a descendant ``w``: the head (``u`` with its ancestors in the
+        call) and the parts that leave it, each weakly connected piece of what runs between the two (in
+        parallel) and then the tail (``w`` with its descendants); None when a piece would be empty."""
+        head = self.closure(u, nodes, up=True)
+        tail = np.setdiff1d(self.closure(w, nodes, up=False), head)
+        middle = np.setdiff1d(nodes, np.union1d(head, tail))
+        if not len(head) or not len(tail) or not len(middle):
+            return None
+        return head, [*self.components(middle), tail]
+
     def free_slots(self, calls: Calls) -> list[tuple[int, int]]:
         """(device, position) for a new call: every position on a device with a free slot."""
         count = {d: 0 for d in self.gr.accs}
@@ -176,12 +207,6 @@ class _Proposals:
     def __init__(self, sp: _Space, rng: np.random.Generator):
         self.sp, self.rng = sp, rng
 
-    def _closure(self, v: int, nodes: np.ndarray, up: bool) -> np.ndarray:
-        """``v`` with its ancestors (``up``) or descendants inside ``nodes``."""
-        r = self.sp.reach
-        keep = r[nodes, v] if up else r[v, nodes]
-        return nodes[keep]
-
     def _run(self, v: int, nodes: np.ndarray, up: bool) -> np.ndarray:
         """``v`` and up to ``MAX_RUN - 1`` more nodes of ``nodes`` along a random path from it (backwards
         when ``up``)."""
@@ -198,7 +223,7 @@ class _Proposals:
     def _part(self, v: int, nodes: np.ndarray, up: bool) -> np.ndarray:
         """What leaves a call with ``v``: a closure or a run (a CPU node alone or a run of CPU nodes)."""
         if self.rng.random() < 0.5:
-            return self._closure(v, nodes, up)
+            return self.sp.closure(v, nodes, up)
         return self._run(v, nodes, up)
 
     def shift(self, calls: Calls, where: np.ndarray):
@@ -268,7 +293,7 @@ class _Proposals:
             sub = nodes[:c] if self.rng.integers(2) else nodes[c:]
         else:
             v = int(nodes[self.rng.integers(len(nodes))])
-            sub = self._closure(v, nodes, up=kind == 1)
+            sub = self.sp.closure(v, nodes, up=kind == 1)
             if len(sub) == len(nodes):
                 return None
         slots = sp.free_slots(calls)
@@ -292,12 +317,10 @@ class _Proposals:
         if len(below) < 3:
             return None
         w = int(below[self.rng.integers(1, len(below))])  # a descendant of u (below[0] is u itself)
-        head = self._closure(u, nodes, up=True)
-        tail = np.setdiff1d(self._closure(w, nodes, up=False), head)
-        middle = np.setdiff1d(nodes, np.union1d(head, tail))
-        if not len(head) or not len(tail) or not len(middle):
+        cut = sp.diamond(nodes, u, w)
+        if cut is None:
             return None
-        parts = [*self._components(middle), tail]
+        head, parts = cut
         state = list(calls)
         state[k] = (calls[k][0], head)
         changed = {calls[k][0]}
@@ -313,21 +336,6 @@ class _Proposals:
                 j = next(i for i, (_, x) in enumerate(state) if len(np.intersect1d(x, last)))
                 state[j] = (state[j][0], np.union1d(state[j][1], part))
         return state, changed
-
-    def _components(self, nodes: np.ndarray) -> list[np.ndarray]:
-        """Weakly connected components of the subgraph induced by ``nodes``."""
-        gr, left, out = self.sp.gr, set(nodes.tolist()), []
-        while left:
-            stack, comp = [left.pop()], []
-            while stack:
-                v = stack.pop()
-                comp.append(v)
-                for x in np.concatenate([gr.succ_of(v), gr.pred_of(v)]).tolist():
-                    if x in left:
-                        left.remove(x)
-                        stack.append(x)
-            out.append(np.array(sorted(comp), np.int64))
-        return out
 
     def merge(self, calls: Calls, where: np.ndarray):
         acc = [k for k, (d, _) in enumerate(calls) if not self.sp.gr.is_cpu[d]]

@@ -61,6 +61,7 @@ from .data import MEMORY_MARGIN, PROBE_SECONDS, LatencyData, charge_levels, inte
 from .extract import extract
 from .moves import MIN_NODES as MOVES_MIN_NODES
 from .moves import improve, moves_budget
+from .recut import recut, recut_budget
 from .report import NAME, _certificate_fields, _interrupted
 from .search import neighbourhood_search
 from .start import canonical, load_warm_start
@@ -441,13 +442,19 @@ class LatencyIP:
             return _interrupted(start, start_latency, start_name, notes, time.perf_counter() - t0)
         moves_end = t0 + BASELINE_SHARE * options.time_limit  # the model build keeps the time it had
         if start is not None and start_latency is not None and problem.num_nodes >= MOVES_MIN_NODES:
-            # call moves (a producer or a branch in a call of its own), then annealing out of the local optimum
-            # they stop in: the MIP's start and horizon
-            steps = (("call moves", improve, moves_budget(problem, options.time_limit)),
-                     ("annealing", anneal, anneal_budget(problem, options.time_limit)))
-            for label, step, budget in steps:
+            # call moves (a producer or a branch in a call of its own), the longest calls recut into diamonds on
+            # freed slots (then the moves again, when that changed the placement), then annealing out of the
+            # local optimum they stop in: the MIP's start and horizon
+            steps = (("call moves", improve, moves_budget(problem, options.time_limit), False),
+                     ("recutting", recut, recut_budget(problem, options.time_limit), False),
+                     ("call moves", improve, moves_budget(problem, options.time_limit), True),
+                     ("annealing", anneal, anneal_budget(problem, options.time_limit), False))
+            found = 0
+            for label, step, budget, only_after_change in steps:
                 if time.perf_counter() >= moves_end - 1.0:
                     break
+                if only_after_change and not found:
+                    continue
                 try:
                     better, found = step(problem, start, budget=budget, deadline=moves_end)
                 except KeyboardInterrupt:
