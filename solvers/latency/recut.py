@@ -11,13 +11,14 @@ Here the path is enumerated:
 
 1. Bases: the placement itself, and the placement with each small call (at most ``SMALL_CALL`` nodes)
    merged into each neighbouring accelerator call (one slot freed; the device may be overfilled).
-2. In each base, each of the ``TOP_CALLS`` longest accelerator calls is cut around every pair of its
-   nodes ``u`` and a descendant ``w`` (:meth:`.anneal._Space.diamond`: ``u`` with its in-call ancestors
-   stays, each piece between the two and ``w`` with its descendants go to free slots, in every order of
-   the free slots), distinct cuts once, and only where at least two pieces run in parallel between head
-   and tail (a serial split into three is left to the call moves and the annealing). The cheap checks of
-   the annealing reject what cannot run (slots, pins, convexity, cycles, memory beyond its slack); the
-   rest are evaluated.
+2. In each base, each of the ``TOP_CALLS`` longest accelerator calls (of at most ``MAX_CUT_NODES``
+   nodes) is cut around every pair of its nodes ``u`` and a descendant ``w``
+   (:meth:`.anneal._Space.diamond`: ``u`` with its in-call ancestors stays, each piece between the two
+   and ``w`` with its descendants go to free slots, in every order of the free slots), distinct cuts
+   once, and only where two pieces run in parallel between head and tail (a serial split into three is
+   left to the call moves and the annealing; more pieces, ``MAX_PARTS``, would multiply the orders of
+   the free slots). The cheap checks of the annealing reject what cannot run (slots, pins, convexity,
+   cycles, memory beyond its slack); the rest are evaluated.
 3. The ``KEEP`` fastest cuts (memory overfilled or not) are repaired: single nodes move across the
    boundaries of their units (to the call or CPU unit of a producer or consumer) or from an overfilled
    device onto the CPU, the move that lowers the penalised latency most first, until the placement fits.
@@ -46,6 +47,8 @@ __all__ = ["recut", "recut_budget"]
 SMALL_CALL = 2  # calls of at most this many nodes are tried merged into a neighbouring call (frees a slot)
 TOP_CALLS = 2  # the longest accelerator calls of each base that are cut
 KEEP = 10  # the fastest cuts (memory ignored) that are repaired
+MAX_PARTS = 3  # parts a cut puts on free slots at most (two parallel pieces and the tail)
+MAX_CUT_NODES = 200  # larger calls are not cut (the pairs of their nodes are too many)
 REPAIR_STEPS = 20  # single-node moves of one repair at most
 RECUT_SHARE = 0.05  # share of a time limit the budget is sized for (as moves.MOVES_SHARE)
 EVAL_CAP = 30_000  # evaluations of one recut() call at most
@@ -89,6 +92,9 @@ def _orders(sp: _Space, state: Calls, parts: list[np.ndarray], changed: set[int]
     if not parts:
         yield state, changed
         return
+    used = np.bincount([d for d, _ in state], minlength=len(sp.gr.is_cpu))
+    if sum(sp.q - int(used[d]) for d in sp.gr.accs if used[d] < sp.q) < len(parts):
+        return  # fewer free slots than parts: no order completes
     for d, pos in sp.free_slots(state):
         yield from _orders(sp, _insert_new(state, d, pos, parts[0]), parts[1:], changed | {d})
 
@@ -97,20 +103,22 @@ def _cuts(sp: _Space, judge: _Judge, base: Calls, k: int, seen: set[bytes]) -> I
     """(latency, placement) of each diamond cut of call ``k`` of ``base`` that passes the cheap checks
     and violates nothing but memory."""
     d, nodes = base[k]
+    if len(nodes) > MAX_CUT_NODES:
+        return
     for u in nodes.tolist():
+        if judge.spent():
+            return
         for w in nodes[sp.reach[u, nodes]][1:].tolist():
             cut = sp.diamond(nodes, u, w)
             if cut is None:
                 continue
             head, parts = cut
-            if len(parts) < 3:  # one piece between head and tail: a serial split (the moves' and the annealing's)
-                continue
+            if not 3 <= len(parts) <= MAX_PARTS:  # one piece between head and tail: a serial split (the moves'
+                continue  # and the annealing's); more than MAX_PARTS - 1 pieces: too many orders of the slots
             key = head.tobytes() + b"|" + parts[-1].tobytes()
             if key in seen:
                 continue
             seen.add(key)
-            if len(parts) > len(sp.free_slots(base)):
-                continue
             stay = list(base)
             stay[k] = (d, head)
             for state, changed in _orders(sp, stay, parts, {d}):
