@@ -36,7 +36,7 @@ from collections.abc import Callable
 import numpy as np
 
 from planmap.evaluate import evaluate
-from planmap.evaluation import is_memory_violation
+from planmap.evaluation import Evaluation, is_memory_violation
 from planmap.problem import Problem, Solution
 from planmap.structure import quotient_order
 from planmap.vocabulary import Mode
@@ -407,16 +407,23 @@ def _penalised(ev) -> float:
     return float(ev.objective) * (1.0 + PENALTY * over)
 
 
+def _feasible_start(problem: Problem, solution: Solution, budget: int) -> Evaluation | None:
+    """The evaluation of ``solution`` when a search over its calls may start from it (one device per stage, no
+    shardings, at most ``moves.MAX_NODES`` nodes, a positive budget, feasible); None otherwise."""
+    if any(s.replicas != 1 for s in solution.stages) or solution.shardings is not None:
+        return None
+    if problem.num_nodes > MAX_NODES or budget <= 0:
+        return None
+    ev = evaluate(problem, solution)
+    return ev if ev.feasible else None
+
+
 def anneal(problem: Problem, solution: Solution, *, budget: int, seed: int = SEED,
            deadline: float | None = None) -> tuple[Solution, int]:
     """The best placement the annealing sees from ``solution`` within ``budget`` evaluations (``solution``
     itself when none is faster and feasible), and the number of times the best improved."""
-    if any(s.replicas != 1 for s in solution.stages) or solution.shardings is not None:
-        return solution, 0
-    if problem.num_nodes > MAX_NODES or budget <= 0:
-        return solution, 0
-    ev = evaluate(problem, solution)
-    if not ev.feasible:
+    ev = _feasible_start(problem, solution, budget)
+    if ev is None:
         return solution, 0
     sp = _Space(problem)
     rng = np.random.default_rng(seed)

@@ -39,8 +39,8 @@ import numpy as np
 from planmap.evaluate import evaluate
 from planmap.problem import Problem, Solution
 
-from .anneal import _move, _penalised, _Space, _where
-from .moves import MAX_NODES, Calls, _insert_new, _merge, _solution, calls_of, moves_budget
+from .anneal import _feasible_start, _move, _penalised, _Space, _where
+from .moves import Calls, _insert_new, _merge, _solution, calls_of, moves_budget
 
 __all__ = ["recut", "recut_budget"]
 
@@ -201,12 +201,8 @@ def _round(sp: _Space, judge: _Judge, calls: Calls) -> tuple[float, Calls] | Non
 def recut(problem: Problem, solution: Solution, *, budget: int, deadline: float | None = None) -> tuple[Solution, int]:
     """The best placement the recutting reaches from ``solution`` within ``budget`` evaluations (``solution``
     itself when none is faster and feasible), and the number of rounds that improved it."""
-    if any(s.replicas != 1 for s in solution.stages) or solution.shardings is not None:
-        return solution, 0
-    if problem.num_nodes > MAX_NODES or budget <= 0:
-        return solution, 0
-    ev = evaluate(problem, solution)
-    if not ev.feasible:
+    ev = _feasible_start(problem, solution, budget)
+    if ev is None:
         return solution, 0
     sp = _Space(problem)
     judge = _Judge(problem, budget, deadline)
