@@ -33,10 +33,12 @@ def test_a_signal_keeps_the_existing_plan_and_exits_128_plus_signal(root, tmp_pa
     shutil.copytree(root / "specs", tmp_path / "specs")
     plan = tmp_path / "reviewed.plan.yaml"
     plan.write_text("reviewed\n")
-    p = subprocess.Popen([planmap_exe, "solve", "specs/gpt-8dev.yaml", "-o", plan.name, "--solver", "ip", "-q"],
-                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the whole-cluster planner on two hosts runs for half a minute here: the signal lands mid-solve on any
+    # machine (a 2-second IP solve finished before the signal on a fast CI runner)
+    cmd = [planmap_exe, "solve", "specs/gpt-train-2host.yaml", "-o", plan.name, "--solver", "cluster", "-q"]
+    p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_the_guard(p.pid)
-    time.sleep(1.0)  # loading the model or solving
+    time.sleep(3.0)  # past loading the model (about 1 s), well inside the solve
     p.send_signal(sig)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 128 + sig, err
