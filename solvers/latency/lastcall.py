@@ -60,6 +60,8 @@ bound against the exact optimum of small graphs (tests/solvers/latency/test_last
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..pipeline.ideals import TooManyIdeals, enumerate_ideals, unpack
@@ -164,22 +166,35 @@ def _cpu_moves(M, index, anc, tc):
     return out
 
 
-def last_call_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, edges, val_prod: np.ndarray,
-                    pair_val: np.ndarray, pair_cons: np.ndarray, recv: np.ndarray, send: np.ndarray, own: np.ndarray,
-                    capacity: np.ndarray) -> float:
-    """``F(V, q x accelerators)`` of the module docstring in model units; 0 when the graph is too large.
-    Arguments as in :class:`.data.LatencyData`; ``own`` (n,) the bytes a node brings to any device."""
+@dataclass(frozen=True)
+class Reduced:
+    """The kept nodes' data, as both DPs over ideals read it: per kept node its compute on each
+    accelerator (``ta``, 0 where not allowed, ``bad`` there) and least on a CPU (``tc``), its own bytes;
+    per value of a kept producer read by a kept consumer (``reads``: kept node x value) its producer's
+    kept index (``prod``), the least receive into and send out of each accelerator (``recv_v``, ``send_v``);
+    per kept node the least send of one of its values (``send_n``, 0 where a value may leave unpaid);
+    the accelerators' capacities (``cap``)."""
+
+    kept: np.ndarray
+    reads: np.ndarray
+    prod: np.ndarray
+    recv_v: np.ndarray
+    send_v: np.ndarray
+    send_n: np.ndarray
+    tk: np.ndarray
+    ta: np.ndarray
+    bad: np.ndarray
+    own: np.ndarray
+    cap: np.ndarray
+    tc: np.ndarray
+
+
+def reduced_data(t: np.ndarray, allowed: np.ndarray, cpu: np.ndarray, q: int, edges, keep: np.ndarray,
+                 val_prod: np.ndarray, pair_val: np.ndarray, pair_cons: np.ndarray, recv: np.ndarray, send: np.ndarray,
+                 own: np.ndarray, capacity: np.ndarray) -> Reduced:
+    """:class:`Reduced` for the nodes ``keep`` selects (``t`` with ``inf`` where not allowed)."""
     n, D = t.shape
-    cpu = np.asarray(is_cpu, bool)
     acc_ids = np.flatnonzero(~cpu)
-    if n == 0 or n > LASTCALL_MAX_NODES or not len(acc_ids):
-        return 0.0
-    preds = _predecessors(n, np.asarray(edges[0], np.int64), np.asarray(edges[1], np.int64))
-    t = np.where(allowed, t, np.inf)
-    fit = _fit(preds, t.min(axis=1))
-    if fit is None:
-        return 0.0
-    keep, M, rp = fit
     kept = np.flatnonzero(keep)
     pos = np.full(n, -1)
     pos[kept] = np.arange(len(kept))
@@ -210,10 +225,43 @@ def last_call_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: i
     bad = (~allowed[kept][:, acc_ids]).astype(float)
     cap = np.where(np.isfinite(capacity[acc_ids]), capacity[acc_ids], np.inf) * (1 + 1e-12)
     tc = tk[:, cpu].min(axis=1) if cpu.any() else np.full(len(kept), np.inf)
-    anc = _ancestors(len(kept), rp)
-    trans, index = _transitions(M, anc, ta, bad, own[kept], cap, reads, np.maximum(pos[val_prod], 0), recv_v,
-                                send_n)
-    moves = _cpu_moves(M, index, anc, tc)
+    send_v = np.where(np.isfinite(send_v), send_v, 0.0)
+    return Reduced(kept=kept, reads=reads, prod=np.maximum(pos[val_prod], 0), recv_v=recv_v, send_v=send_v,
+                   send_n=send_n, tk=tk, ta=ta, bad=bad, own=own[kept], cap=cap, tc=tc)
+
+
+def fit_reduced(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, edges, val_prod: np.ndarray,
+                pair_val: np.ndarray, pair_cons: np.ndarray, recv: np.ndarray, send: np.ndarray, own: np.ndarray,
+                capacity: np.ndarray) -> tuple[np.ndarray, list[list[int]], Reduced] | None:
+    """(ideals, reduced producers, :class:`Reduced`) of the graph with the fewest cheapest nodes deleted so a
+    DP over its ideals fits (:func:`_fit`); None when it is empty, too large or has no accelerator."""
+    n = t.shape[0]
+    cpu = np.asarray(is_cpu, bool)
+    if n == 0 or n > LASTCALL_MAX_NODES or cpu.all():
+        return None
+    preds = _predecessors(n, np.asarray(edges[0], np.int64), np.asarray(edges[1], np.int64))
+    t = np.where(allowed, t, np.inf)
+    fit = _fit(preds, t.min(axis=1))
+    if fit is None:
+        return None
+    keep, M, rp = fit
+    return M, rp, reduced_data(t, allowed, cpu, q, edges, keep, val_prod, pair_val, pair_cons, recv, send, own,
+                               capacity)
+
+
+def last_call_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, edges, val_prod: np.ndarray,
+                    pair_val: np.ndarray, pair_cons: np.ndarray, recv: np.ndarray, send: np.ndarray, own: np.ndarray,
+                    capacity: np.ndarray) -> float:
+    """``F(V, q x accelerators)`` of the module docstring in model units; 0 when the graph is too large.
+    Arguments as in :class:`.data.LatencyData`; ``own`` (n,) the bytes a node brings to any device."""
+    fit = fit_reduced(t, allowed, is_cpu, q, edges, val_prod, pair_val, pair_cons, recv, send, own, capacity)
+    if fit is None:
+        return 0.0
+    M, rp, r = fit
+    acc_ids = np.flatnonzero(~np.asarray(is_cpu, bool))
+    anc = _ancestors(len(r.kept), rp)
+    trans, index = _transitions(M, anc, r.ta, r.bad, r.own, r.cap, r.reads, r.prod, r.recv_v, r.send_n)
+    moves = _cpu_moves(M, index, anc, r.tc)
     return _levels(len(M), max(1, int(q)) * len(acc_ids), trans, moves)
 
 
