@@ -32,6 +32,7 @@ from .cuts import (
     reduce_allowed,
     time_bounds,
 )
+from .frontier import frontier_bound
 from .lastcall import last_call_bound
 from .loads import contention_bound
 from .shaving import branch_refutes
@@ -41,6 +42,7 @@ __all__ = ["LatencyData", "prepare", "interchangeable_devices", "charge_levels",
 
 MEMORY_MARGIN = 1e-6  # share of each device's memory kept free of backend tolerances
 PROBE_SECONDS = 5.0  # default time for the probing lower bound (:func:`.cuts.probe_lower_bound`)
+FRONTIER_SECONDS = 5.0  # default time for the frontier DP (:mod:`.frontier`)
 BRANCH_MIN_SECONDS = 30.0  # probing branches (:mod:`.shaving`) only with this much time: a branch costs two
 # propagations; with less it gains nothing, and its time comes out of the model build's time box
 
@@ -161,14 +163,15 @@ def _colocated_allowed(allowed: np.ndarray, colocation: np.ndarray) -> np.ndarra
 
 
 def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = True,
-            probe_seconds: float = PROBE_SECONDS) -> LatencyData:
+            probe_seconds: float = PROBE_SECONDS, frontier_seconds: float = FRONTIER_SECONDS) -> LatencyData:
     """The model's data; ``horizon`` (seconds) bounds the latency of solutions worth finding.
 
     With ``bounds`` (the default), placement-aware time bounds (:mod:`.cuts`) tighten the
     node time windows and rule out devices no placement under the horizon can use, so the model
     never creates their columns; without, the model is the plain formulation (tests compare both).
-    With a horizon, up to ``probe_seconds`` go to raising the latency's lower bound by probing (branching
-    on the device kind from ``BRANCH_MIN_SECONDS`` on).
+    With a horizon, up to ``frontier_seconds`` go to the frontier DP (:mod:`.frontier`, the horizon as its
+    upper bound) and up to ``probe_seconds`` to raising the latency's lower bound by probing (branching on the
+    device kind from ``BRANCH_MIN_SECONDS`` on).
     """
     g, topo, cost = problem.graph, problem.topology, problem.cost
     n, D = g.num_nodes, topo.num_devices
@@ -245,6 +248,13 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
                                 send, own, capacity, tb.ef, working_set),
                     last_call_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
                                     send, own, capacity))
+        if horizon is not None and frontier_seconds > 0 and math.isfinite(lower) and lower < h / time_scale:
+            # the frontier DP with the horizon as its upper bound: exact on the calls' order, so it closes small
+            # graphs outright; it gives up (0) when its labels outgrow their cap (in seconds on large graphs) or
+            # its time runs out
+            lower = max(lower, min(h / time_scale, frontier_bound(
+                t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv, send, own, capacity,
+                upper=H, deadline=time.perf_counter() + frontier_seconds)))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
             def refute(a, level, deadline):
                 return branch_refutes(a, level, bounds_of, topo.is_cpu, rounds=PROBE_ROUNDS, deadline=deadline,

@@ -57,7 +57,15 @@ from ..timebox import TimeBoxExpired, time_box
 from .anneal import anneal, anneal_budget
 from .baselines import BASELINES, best_baseline
 from .cuts import add_bound_rows, add_slot_order_rows
-from .data import MEMORY_MARGIN, PROBE_SECONDS, LatencyData, charge_levels, interchangeable_devices, prepare
+from .data import (
+    FRONTIER_SECONDS,
+    MEMORY_MARGIN,
+    PROBE_SECONDS,
+    LatencyData,
+    charge_levels,
+    interchangeable_devices,
+    prepare,
+)
 from .extract import extract
 from .moves import MIN_NODES as MOVES_MIN_NODES
 from .moves import improve, moves_budget
@@ -72,6 +80,7 @@ __all__ = ["LatencyIP", "LatencyData", "prepare", "build_model", "load_warm_star
 LNS_MIN_NODES = 60  # below this the MIP alone is fast enough
 LNS_SHARE = 0.5  # share of the time the full MIP gets before neighbourhood search takes over
 PROBE_SHARE = 0.1  # share of the time limit the probing lower bound may take
+FRONTIER_SHARE = 0.15  # share of the time limit the frontier DP may take (it gives up early on large graphs)
 BASELINE_SHARE = 0.5  # share of the time limit the start methods may use (all of them together)
 BUILD_FLOOR_S = 2.0  # the model build may always take this long (a fixed start-up, like the backend's)
 MAX_TABLE_CELLS = 50_000_000  # crossing values x devices²: beyond, the model's dense tables alone take GBs
@@ -79,18 +88,21 @@ MAX_TABLE_CELLS = 50_000_000  # crossing values x devices²: beyond, the model's
 
 # -------------------------------------------------------------------------------------- model
 def build_model(problem: Problem, *, horizon: float | None = None, data: LatencyData | None = None,
-                cuts: bool = True, probe_seconds: float = PROBE_SECONDS):
+                cuts: bool = True, probe_seconds: float = PROBE_SECONDS,
+                frontier_seconds: float = FRONTIER_SECONDS):
     """The latency IP of ``problem`` as a Pyomo ``ConcreteModel`` (times in ``model.time_unit`` s).
 
     ``horizon`` (seconds) caps the latency (usually the warm start's): the optimum is kept as long as
     some placement reaches it, and every big-M shrinks to it. ``cuts=False`` builds the plain model
     (no time bounds, bound rows, slot-order rows or presolve) — the same optimum, proved slower; it
     is ignored when ``data`` (from :func:`prepare`) is given. ``probe_seconds`` caps the probing that raises
-    the latency's lower bound (with a horizon; see :func:`.cuts.probe_lower_bound`).
+    the latency's lower bound (with a horizon; see :func:`.cuts.probe_lower_bound`), ``frontier_seconds`` the
+    frontier DP that raises it first (:mod:`.frontier`).
     """
     import pyomo.environ as pyo
 
-    dt = data if data is not None else prepare(problem, horizon, bounds=cuts, probe_seconds=probe_seconds)
+    dt = data if data is not None else prepare(problem, horizon, bounds=cuts, probe_seconds=probe_seconds,
+                                               frontier_seconds=frontier_seconds)
     n, S, U, D = dt.n, dt.num_slots, dt.num_units, problem.num_devices
     H = dt.horizon
     unit_dev = dt.unit_dev
@@ -477,7 +489,8 @@ class LatencyIP:
         try:  # building and translating the model is pure Python, D² in places: boxed by the time limit
             with time_box(max(options.time_limit - (tb - t0), BUILD_FLOOR_S)):
                 model = build_model(problem, horizon=start_latency, cuts=self.cuts,
-                                    probe_seconds=PROBE_SHARE * options.time_limit)
+                                    probe_seconds=PROBE_SHARE * options.time_limit,
+                                    frontier_seconds=FRONTIER_SHARE * options.time_limit)
                 build_time = time.perf_counter() - tb
                 warm = start is not None and load_warm_start(model, problem, start)
                 if (options.backend or "highs").lower() == "highs":
