@@ -20,7 +20,7 @@ anywhere).
 
 Relaxed (so the result is a lower bound, not the optimum): calls of one device neither wait for each other
 nor share its memory or its ``q`` slots (only the total ``q`` x accelerators counts), each call runs on
-whichever accelerator its nodes fit (its own bytes, :func:`._own_bytes`) and is fastest, transfers cost the
+whichever accelerator its nodes fit (its own bytes, :func:`.data._own_bytes`) and is fastest, transfers cost the
 least any pair of devices could charge, and where the ideals are too many the cheapest nodes are deleted
 as in :mod:`.lastcall` (:func:`.lastcall._fit`; a deleted node's edges join its producers to its consumers
 at no cost, any placement restricted to the kept nodes is a placement of the reduced graph no slower).

@@ -21,7 +21,7 @@ from tests.solvers.latency.cases import optimum, placement  # noqa: E402
 from tests.solvers.latency.test_cuts import any_instance, fork_join_instance  # noqa: E402
 from tests.solvers.latency.test_lastcall import _bound as _last_call  # noqa: E402
 from tests.solvers.latency.test_lastcall import _grid_problem  # noqa: E402
-from tests.solvers.latency.test_recut import gnmt_problem  # noqa: E402
+from tests.solvers.latency.test_recut import GNMT_MOVES_OPTIMUM, gnmt_problem  # noqa: E402
 
 
 def _bound(p, upper: float = math.inf, **kw) -> float:
@@ -80,9 +80,7 @@ def test_a_small_gnmt_placement_is_proved_optimal():
     bound prunes labels by the compute still ahead of each frontier node, which must count only the paths
     through consumers outside the ideal (counting all of them once gave a bound above this placement)."""
     p = gnmt_problem()
-    calls = [(1, [0]), (2, [1, 2, 3, 4]), (0, [22]), (1, [5, 6, 7, 8]),
-             (2, [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 27]), (4, list(range(28, 47)))]
-    start = placement(calls, p.num_nodes)
+    start = placement(GNMT_MOVES_OPTIMUM, p.num_nodes)
     found, _ = recut(p, start, budget=1000)
     found, _ = improve(p, found)
     best = evaluate(p, found)

@@ -40,14 +40,18 @@ def gnmt_problem() -> Problem:
     return Problem.from_graph(g, net_topology(g, 4, fill=0.7), objective="latency", max_subgraphs=2, contiguous=False)
 
 
+# the call moves' local optimum on gnmt_problem(): the encoder's grid in one call
+GNMT_MOVES_OPTIMUM = [(1, [0]), (2, [1, 2, 3, 4]), (0, [22]), (1, [5, 6, 7, 8]),
+                      (2, [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 27]),
+                      (4, list(range(28, 47)))]
+
+
 def test_recut_leaves_the_moves_local_optimum_on_a_gnmt_layer_graph():
     """GNMT with 4 steps: the call moves' local optimum keeps the encoder's grid in one call; the diamond
     (the grid's first cells; then the first row's rest next to the other rows' first cells; then the rest)
     is faster."""
     p = gnmt_problem()
-    calls = [(1, [0]), (2, [1, 2, 3, 4]), (0, [22]), (1, [5, 6, 7, 8]),
-             (2, [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 27]), (4, list(range(28, 47)))]
-    start = placement(calls, p.num_nodes)
+    start = placement(GNMT_MOVES_OPTIMUM, p.num_nodes)
     before = evaluate(p, start)
     assert before.feasible
     _, moved = improve(p, start)
