@@ -279,12 +279,20 @@ def _share_grid(costs: np.ndarray, shares: int) -> np.ndarray:
 
 
 def _levels(N: int, S: int, trans, moves) -> float:
-    """``F(V, S)`` budget by budget; ``K`` at a few shares ``c`` (:func:`_share_grid`), each call option taking
-    the largest share below its cost (``K`` grows with ``c``)."""
+    """``F(V, S)``; 0 where no placement exists."""
+    F = _level_table(N, S, trans, moves)[-1]
+    return float(F[-1]) if np.isfinite(F[-1]) else 0.0
+
+
+def _level_table(N: int, S: int, trans, moves) -> np.ndarray:
+    """``F(I, k)`` for every ideal and budget ``k = 0..S``, as an (S + 1, N) array, budget by budget; ``K`` at a
+    few shares ``c`` (:func:`_share_grid`), each call option taking the largest share below its cost (``K``
+    grows with ``c``)."""
     grid = _share_grid(np.concatenate([c for _, _, c, _ in trans]), LASTCALL_SHARES)
     inf = np.full(N, np.inf)
     F, H, H_before = inf, inf, inf  # budget k - 1; H also at k - 2
     K = np.full((len(grid), N), np.inf)
+    table = []
     for k in range(S + 1):
         F2, H2, K2 = inf.copy(), inf.copy(), np.full((len(grid), N), np.inf)
         F2[0] = H2[0] = 0.0
@@ -302,4 +310,5 @@ def _levels(N: int, S: int, trans, moves) -> float:
                 H2[i] = min(H2[i], max(F2[rest], H2[before] + tv))
                 K2[:, i] = np.minimum(K2[:, i], np.maximum(K2[:, rest], H2[before] + tv))
         F, H, K, H_before = F2, H2, K2, H
-    return float(F[-1]) if np.isfinite(F[-1]) else 0.0
+        table.append(F)
+    return np.array(table)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pyomo")
@@ -46,6 +47,8 @@ def test_bound_never_passes_the_optimum(name, make):
     opt = optimum(p)
     assert math.isfinite(opt)
     assert 0 < _bound(p) <= opt * (1 + 1e-9)
+    # lowering the upper bound as labels outgrow a tiny cap prunes only what the lower one would
+    assert 0 < _bound(p, upper=opt * 1.3, max_labels=3, floor=0.0) <= opt * (1 + 1e-9)
 
 
 def test_the_two_sides_of_a_join_are_placed_once():
@@ -86,5 +89,53 @@ def test_a_small_gnmt_placement_is_proved_optimal():
     best = evaluate(p, found)
     assert best.feasible and best.objective < evaluate(p, start).objective
     bound = _bound(p, upper=evaluate(p, start).objective)
-    assert bound == pytest.approx(best.objective, rel=1e-9)
+    assert bound == pytest.approx(best.objective, rel=1e-9) == GNMT_OPTIMUM
     assert _last_call(p) < 0.95 * bound
+
+
+def _gnmt_at_the_moves_optimum():
+    p = gnmt_problem()
+    return p, evaluate(p, placement(GNMT_MOVES_OPTIMUM, p.num_nodes)).objective, GNMT_OPTIMUM
+
+
+GNMT_OPTIMUM = 0.03723215471870768  # test_a_small_gnmt_placement_is_proved_optimal's placement (s)
+
+
+def test_the_call_budget_ahead_prunes_what_compute_alone_cannot(monkeypatch):
+    """Each frontier node's descendants run after it with the calls left: bounding their time by the last-call DP
+    on the reversed graph keeps the 4-step GNMT's labels under a cap the compute on the longest path alone
+    exceeds (the DP then gives up)."""
+    p, upper, opt = _gnmt_at_the_moves_optimum()
+    assert _bound(p, upper=upper, max_labels=250_000) == pytest.approx(opt, rel=1e-9)
+    monkeypatch.setattr(frontier, "_tails", lambda M, rp, d, S, fcols, desc: [np.zeros((S + 1, len(c))) for c in fcols])
+    assert _bound(p, upper=upper, max_labels=250_000) == 0.0
+
+
+def test_an_adaptive_upper_bound_proves_what_fits():
+    """Past a label cap the DP gives up, unless it may lower its upper bound (to the median completion bound of
+    the waiting labels): then it proves a bound between the floor and the optimum."""
+    p, upper, opt = _gnmt_at_the_moves_optimum()
+    floor = _last_call(p)
+    assert _bound(p, upper=upper, max_labels=25_000) == 0.0
+    got = _bound(p, upper=upper, max_labels=25_000, floor=floor / prepare(p, bounds=False).time_scale)
+    assert floor < got <= opt * (1 + 1e-9)
+
+
+def test_the_search_is_exact_at_the_horizon_where_it_fits_and_adapts_where_not(monkeypatch):
+    """frontier_search: the exact DP at the horizon when it fits its label cap; else the adaptive one from
+    halfway between the known bound and the horizon, which proves more than the floor."""
+    p, upper, opt = _gnmt_at_the_moves_optimum()
+    dt = prepare(p, bounds=False)
+    own = _own_bytes(dt.node_mem, dt.param_use, dt.param_bytes)
+    floor = _last_call(p) / dt.time_scale
+
+    def search():
+        return frontier.frontier_search(dt.t, dt.allowed, p.topology.is_cpu, dt.q, dt.edges, dt.val_prod,
+                                        dt.pair_val, dt.pair_cons, dt.recv, dt.send, own, dt.capacity, lower=floor,
+                                        horizon=upper / dt.time_scale, seconds=300) * dt.time_scale
+
+    assert search() == pytest.approx(opt, rel=1e-9)
+    monkeypatch.setattr(frontier, "FRONTIER_MAX_LABELS", 20_000)  # the run at the horizon gives up
+    monkeypatch.setattr(frontier, "FRONTIER_ADAPT_LABELS", 25_000)
+    got = search()  # from halfway between the floor and the horizon, below the optimum
+    assert floor * dt.time_scale < got <= (floor * dt.time_scale + upper) / 2 < opt
