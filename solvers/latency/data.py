@@ -32,7 +32,7 @@ from .cuts import (
     reduce_allowed,
     time_bounds,
 )
-from .frontier import frontier_bound
+from .frontier import frontier_search
 from .lastcall import last_call_bound
 from .loads import contention_bound
 from .shaving import branch_refutes
@@ -249,12 +249,11 @@ def prepare(problem: Problem, horizon: float | None = None, *, bounds: bool = Tr
                     last_call_bound(t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv,
                                     send, own, capacity))
         if horizon is not None and frontier_seconds > 0 and math.isfinite(lower) and lower < h / time_scale:
-            # the frontier DP with the horizon as its upper bound: exact on the calls' order, so it closes small
-            # graphs outright; it gives up (0) when its labels outgrow their cap (in seconds on large graphs) or
-            # its time runs out
-            lower = max(lower, min(h / time_scale, frontier_bound(
+            # the frontier DP: exact on the calls' order, so at the horizon it closes small graphs outright; where its
+            # labels outgrow their cap it proves what it can below the horizon (:func:`.frontier.frontier_search`)
+            lower = max(lower, min(h / time_scale, frontier_search(
                 t, allowed, topo.is_cpu, q, g.node_edges, val_prod, pair_val, pair_cons, recv, send, own, capacity,
-                upper=H, deadline=time.perf_counter() + frontier_seconds)))
+                lower=lower, horizon=H, seconds=frontier_seconds)))
         if horizon is not None and probe_seconds > 0 and math.isfinite(lower):
             def refute(a, level, deadline):
                 return branch_refutes(a, level, bounds_of, topo.is_cpu, rounds=PROBE_ROUNDS, deadline=deadline,
