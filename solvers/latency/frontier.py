@@ -111,18 +111,16 @@ class _Setup:
     sink: np.ndarray
     fcols: list[np.ndarray]
     ahead: list[np.ndarray]
+    subs: list[np.ndarray]  # per ideal, the larger ideals that contain it
+    work: np.ndarray  # per ideal, the share of the transitions done once it is processed
 
 
-def _tails(M: np.ndarray, rp: list[list[int]], d: Reduced, S: int, fcols: list[np.ndarray], desc: np.ndarray) -> list:
+def _tails(M: np.ndarray, E: np.ndarray, d: Reduced, S: int, fcols: list[np.ndarray], desc: np.ndarray) -> list:
     """Per ideal, (S + 1, frontier) bounds ``R(D_u, k)`` on how long the descendants of each frontier node ``u``
     outside the ideal take with ``k`` calls (the module docstring): the last-call DP's table on the reversed
     graph without transfers, read at the ideal of the reversed graph that ``D_u`` is."""
     nk = M.shape[1]
-    succ: list[list[int]] = [[] for _ in range(nk)]
-    for v, ps in enumerate(rp):
-        for u in ps:
-            succ[u].append(v)
-    rpr = [sorted(nk - 1 - s for s in succ[nk - 1 - w]) for w in range(nk)]  # node v is nk - 1 - v there
+    rpr = [(nk - 1 - np.flatnonzero(E[nk - 1 - w]))[::-1].tolist() for w in range(nk)]  # node v is nk - 1 - v there
     Mr = (~M)[:, ::-1]  # the up-sets of the graph are the ideals of the reversed one
     Mr = np.ascontiguousarray(Mr[np.argsort(Mr.sum(axis=1), kind="stable")])
     anc_r = _ancestors(nk, rpr)
@@ -159,13 +157,17 @@ def _setup(t, allowed, is_cpu, q, edges, val_prod, pair_val, pair_cons, recv, se
         succ = np.flatnonzero(E[v])
         if len(succ):
             path[v] += float(path[succ].max())
-    tails = _tails(M, rp, d, S, fcols, _ancestors(nk, rp).T)
+    tails = _tails(M, E, d, S, fcols, _ancestors(nk, rp).T)
     ahead = []
     for i in range(len(M)):
         cols = fcols[i]
         after = np.where(E[cols] & ~M[i][None, :], path[None, :], 0.0).max(axis=1) if len(cols) else np.zeros(0)
         ahead.append(np.maximum(tails[i], after[None, :]))
-    return _Setup(M=M, d=d, E=E, S=S, sink=np.asarray(~E.any(axis=1)), fcols=fcols, ahead=ahead)
+    size = M.sum(axis=1)
+    subs = [np.flatnonzero((M[:, M[i]].all(axis=1)) & (size > size[i])) for i in range(len(M))]
+    work = np.cumsum([len(x) for x in subs], dtype=float)
+    return _Setup(M=M, d=d, E=E, S=S, sink=np.asarray(~E.any(axis=1)), fcols=fcols, ahead=ahead, subs=subs,
+                  work=work / max(work[-1], 1.0))
 
 
 def frontier_bound(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: int, edges, val_prod: np.ndarray,
@@ -201,16 +203,12 @@ def frontier_search(t: np.ndarray, allowed: np.ndarray, is_cpu: np.ndarray, q: i
 
 def _run(st: _Setup, *, upper: float, deadline: float | None, max_labels: int = FRONTIER_MAX_LABELS,
          quantum: float = 0.0, floor: float | None = None) -> float:
-    M, d, E, S, sink, fcols, ahead = st.M, st.d, st.E, st.S, st.sink, st.fcols, st.ahead
+    M, d, E, S, sink, fcols, ahead, work = st.M, st.d, st.E, st.S, st.sink, st.fcols, st.ahead, st.work
     N = len(M)
     Mf = M.astype(float)
     Ef = E.astype(float)
     W, MEM, NB = Mf @ d.ta, Mf @ d.own, Mf @ d.bad
     cap = d.cap
-    index_of_size = M.sum(axis=1)
-    subs_of = [np.flatnonzero((M[:, M[i]].all(axis=1)) & (index_of_size > index_of_size[i])) for i in range(N)]
-    work = np.cumsum([len(s) for s in subs_of], dtype=float)
-    work /= max(work[-1], 1.0)
     t_start = time.perf_counter()
     adapted_at = -1.0
 
@@ -240,7 +238,7 @@ def _run(st: _Setup, *, upper: float, deadline: float | None, max_labels: int = 
             best = float(Z[:, 1].min())
             break
         ideal = M[i]
-        subs = subs_of[i]
+        subs = st.subs[i]
         if not len(subs):
             continue
         X = M[subs] & ~ideal[None, :]
