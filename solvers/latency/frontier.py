@@ -115,15 +115,14 @@ class _Setup:
     work: np.ndarray  # per ideal, the share of the transitions done once it is processed
 
 
-def _tails(M: np.ndarray, E: np.ndarray, d: Reduced, S: int, fcols: list[np.ndarray], desc: np.ndarray) -> list:
+def _tails(M: np.ndarray, d: Reduced, S: int, fcols: list[np.ndarray], desc: np.ndarray) -> list:
     """Per ideal, (S + 1, frontier) bounds ``R(D_u, k)`` on how long the descendants of each frontier node ``u``
     outside the ideal take with ``k`` calls (the module docstring): the last-call DP's table on the reversed
     graph without transfers, read at the ideal of the reversed graph that ``D_u`` is."""
     nk = M.shape[1]
-    rpr = [(nk - 1 - np.flatnonzero(E[nk - 1 - w]))[::-1].tolist() for w in range(nk)]  # node v is nk - 1 - v there
     Mr = (~M)[:, ::-1]  # the up-sets of the graph are the ideals of the reversed one
     Mr = np.ascontiguousarray(Mr[np.argsort(Mr.sum(axis=1), kind="stable")])
-    anc_r = _ancestors(nk, rpr)
+    anc_r = np.ascontiguousarray(desc[::-1, ::-1])  # node v is nk - 1 - v there; ancestors are descendants
     A = d.ta.shape[1]
     trans, index = _transitions(Mr, anc_r, d.ta[::-1], d.bad[::-1], d.own[::-1], d.cap, np.zeros((nk, 1)),
                                 np.zeros(1, np.int64), np.zeros((1, A)), np.zeros((nk, A)))
@@ -157,7 +156,7 @@ def _setup(t, allowed, is_cpu, q, edges, val_prod, pair_val, pair_cons, recv, se
         succ = np.flatnonzero(E[v])
         if len(succ):
             path[v] += float(path[succ].max())
-    tails = _tails(M, E, d, S, fcols, _ancestors(nk, rp).T)
+    tails = _tails(M, d, S, fcols, _ancestors(nk, rp).T)
     ahead = []
     for i in range(len(M)):
         cols = fcols[i]

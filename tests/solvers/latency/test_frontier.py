@@ -107,7 +107,7 @@ def test_the_call_budget_ahead_prunes_what_compute_alone_cannot(monkeypatch):
     exceeds (the DP then gives up)."""
     p, upper, opt = _gnmt_at_the_moves_optimum()
     assert _bound(p, upper=upper, max_labels=250_000) == pytest.approx(opt, rel=1e-9)
-    monkeypatch.setattr(frontier, "_tails", lambda M, rp, d, S, fcols, desc: [np.zeros((S + 1, len(c))) for c in fcols])
+    monkeypatch.setattr(frontier, "_tails", lambda M, d, S, fcols, desc: [np.zeros((S + 1, len(c))) for c in fcols])
     assert _bound(p, upper=upper, max_labels=250_000) == 0.0
 
 
